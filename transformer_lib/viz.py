@@ -1,0 +1,116 @@
+"""Figures for the book: an Altair renderer that works offline, and shared chart helpers.
+
+Hand-written (not exported from a chapter): it is plumbing for the book, not part of the model.
+
+Altair's default renderer writes a random element id and loads Vega from a CDN. The book's
+renderer instead writes a stable id (a hash of the chart) and calls the page-global
+``vegaEmbed``, which the built site serves from its own ``_static/`` folder. So figures draw
+with no network access, and re-executing a chapter gives byte-identical output (which nbval
+compares). In a live Jupyter kernel without ``BOOK_FIGURES=offline`` the usual Altair renderer
+is kept, so figures also draw in JupyterLab.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+from typing import Any
+
+import altair as alt
+
+__all__ = ["setup_altair", "in_book_build", "attention_heatmap", "COLORS"]
+
+# Okabe–Ito palette: distinguishable with the common forms of colour blindness.
+COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+
+_seen: dict[str, int] = {}
+
+
+def in_book_build() -> bool:
+    """True while the book is being built or tested (``BOOK_FIGURES=offline``), i.e. no live reader."""
+    return os.environ.get("BOOK_FIGURES", "") == "offline"
+
+
+def _book_renderer(spec: dict, **_: Any) -> dict[str, str]:
+    payload = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha1(payload.encode()).hexdigest()[:12]
+    _seen[digest] = _seen.get(digest, 0) + 1
+    div_id = f"vega-{digest}-{_seen[digest]}"
+    label = spec.get("description") or _title(spec) or "Altair figure"
+    # `</` inside a JSON string would close the <script> element early.
+    payload = payload.replace("</", "<\\/")
+    out = (
+        f'<div id="{div_id}" class="book-figure" role="figure" '
+        f'aria-label="{html.escape(str(label), quote=True)}"></div>\n'
+        '<script type="text/javascript">\n'
+        "(function () {\n"
+        f'  var el = document.getElementById("{div_id}");\n'
+        f"  var spec = {payload};\n"
+        "  if (window.vegaEmbed) {\n"
+        '    window.vegaEmbed(el, spec, {actions: false, renderer: "svg"})\n'
+        "      .catch(function (err) { el.textContent = String(err); console.error(err); });\n"
+        "  } else {\n"
+        '    el.textContent = "[Interactive Vega figure: it draws in the built book; '
+        're-run this cell to draw it here.]";\n'
+        "  }\n"
+        "})();\n"
+        "</script>"
+    )
+    return {"text/html": out}
+
+
+def _title(spec: dict) -> str:
+    t = spec.get("title")
+    if isinstance(t, dict):
+        t = t.get("text")
+    if isinstance(t, list):
+        t = " ".join(map(str, t))
+    return str(t) if t else ""
+
+
+alt.renderers.register("book", _book_renderer)
+
+
+def setup_altair() -> None:
+    """Choose the renderer: offline and deterministic for the book, Altair's default otherwise."""
+    alt.data_transformers.disable_max_rows()
+    if in_book_build():
+        alt.renderers.enable("book")
+    else:
+        alt.renderers.enable("default")
+
+
+def attention_heatmap(
+    weights: Any,
+    row_labels: list[str] | None = None,
+    col_labels: list[str] | None = None,
+    title: str = "Attention weights",
+    width: int = 220,
+    height: int = 220,
+) -> alt.Chart:
+    """Heatmap of a (q_len, k_len) attention matrix: rows are queries, columns keys."""
+    import pandas as pd
+
+    w = weights.detach().cpu().float() if hasattr(weights, "detach") else weights
+    n_q, n_k = len(w), len(w[0])
+    rows = row_labels or [f"q{i}" for i in range(n_q)]
+    cols = col_labels or [f"k{j}" for j in range(n_k)]
+    # Duplicate tokens would merge cells on a nominal axis: make every label unique.
+    rows = [f"{i}:{t}" for i, t in enumerate(rows)]
+    cols = [f"{j}:{t}" for j, t in enumerate(cols)]
+    df = pd.DataFrame(
+        [(rows[i], cols[j], float(w[i][j])) for i in range(n_q) for j in range(n_k)],
+        columns=["query", "key", "weight"],
+    )
+    return (
+        alt.Chart(df, title=title, width=width, height=height)
+        .mark_rect()
+        .encode(
+            x=alt.X("key:N", sort=cols, title="key position"),
+            y=alt.Y("query:N", sort=rows, title="query position"),
+            color=alt.Color("weight:Q", scale=alt.Scale(scheme="viridis", domain=[0, 1])),
+            tooltip=["query", "key", alt.Tooltip("weight:Q", format=".3f")],
+        )
+    )
