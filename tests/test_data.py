@@ -1,0 +1,474 @@
+"""Tests of transformer_lib.data: verified Multi30k loading, download, tokenizer, batching."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import http.server
+import os
+import shutil
+import threading
+import unicodedata
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformer_lib import data
+from transformer_lib.data import BOS, EOS, PAD, UNK
+
+DATA = data.default_data_dir()
+FILES = list(data.SHA256)
+
+needs_data = pytest.mark.skipif(
+    not all((DATA / f).is_file() for f in FILES),
+    reason=f"the Multi30k files are not in {DATA} (set MULTI30K_DIR or run data.download())",
+)
+
+
+def _write_gz(path: Path, text: str) -> Path:
+    path.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
+    return path
+
+
+def _copy(names: list[str], dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        shutil.copyfile(DATA / n, dest / n)
+    return dest
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+@needs_data
+def test_embedded_checksums_match_the_shared_sha256sums_file():
+    sums = (DATA / "SHA256SUMS").read_text().split("\n")
+    listed = {name: digest for digest, name in (line.split() for line in sums if line.strip())}
+    assert listed == data.SHA256
+    for name in FILES:  # and the files themselves (independent hashing, no cache)
+        assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == data.SHA256[name]
+
+
+@needs_data
+@pytest.mark.parametrize("split,size", [("train", 29000), ("val", 1014), ("test", 1000)])
+def test_split_sizes_and_alignment(split, size):
+    de_en = data.load_multi30k(split, DATA)
+    en_de = data.load_multi30k(split, DATA, src_lang="en", tgt_lang="de")
+    assert len(de_en) == size
+    assert en_de == [(e, d) for d, e in de_en]
+    assert all(isinstance(s, str) and isinstance(t, str) for s, t in de_en)
+    assert not any("\n" in s or "\n" in t for s, t in de_en)
+
+
+@needs_data
+def test_text_is_raw_cased_and_untokenized():
+    src, tgt = data.load_multi30k("val", DATA)[0]
+    assert src == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
+    assert tgt == "A group of men are loading cotton onto a truck"
+    # Lines are exactly the file's lines: only the newline is removed.
+    raw = gzip.decompress((DATA / "train.de.gz").read_bytes()).decode("utf-8").split("\n")[:-1]
+    assert [s for s, _ in data.load_multi30k("train", DATA)] == raw
+
+
+@needs_data
+def test_limit_takes_a_prefix():
+    assert data.load_multi30k("val", DATA, limit=7) == data.load_multi30k("val", DATA)[:7]
+    assert data.load_multi30k("val", DATA, limit=0) == []
+    with pytest.raises(ValueError, match="limit must be None or >= 0"):
+        data.load_multi30k("val", DATA, limit=-1)
+
+
+def test_line_splitting_keeps_all_whitespace_but_the_newline(tmp_path):
+    _write_gz(tmp_path / "val.de.gz", "  zwei  Leerzeichen \nA\u2028B\t\nohne Zeilenende")
+    _write_gz(tmp_path / "val.en.gz", "x\ny\nz\n")
+    pairs = data.load_multi30k("val", tmp_path, verify=False)
+    assert [s for s, _ in pairs] == ["  zwei  Leerzeichen ", "A\u2028B\t", "ohne Zeilenende"]
+    assert [t for _, t in pairs] == ["x", "y", "z"]
+
+
+@needs_data
+def test_corrupt_copy_is_rejected_with_both_checksums(tmp_path):
+    _copy(["val.de.gz"], tmp_path)
+    good = gzip.decompress((DATA / "val.en.gz").read_bytes()).decode("utf-8")
+    bad = _write_gz(tmp_path / "val.en.gz", good.replace("truck", "lorry", 1))
+    actual = hashlib.sha256(bad.read_bytes()).hexdigest()
+    with pytest.raises(ValueError, match=rf"val\.en\.gz.*{data.SHA256['val.en.gz']}.*{actual}"):
+        data.load_multi30k("val", tmp_path)
+    # The file is well-formed, so only the checksum catches the change.
+    assert data.load_multi30k("val", tmp_path, verify=False)[0][1].endswith("lorry")
+
+
+def test_not_gzip_is_a_value_error(tmp_path):
+    (tmp_path / "val.de.gz").write_bytes(b"plain text\n")
+    _write_gz(tmp_path / "val.en.gz", "a\n")
+    with pytest.raises(ValueError, match=r"val\.de\.gz is not gzip-compressed"):
+        data.load_multi30k("val", tmp_path, verify=False)
+
+
+@needs_data
+def test_checksum_is_cached_until_the_file_changes(tmp_path, monkeypatch):
+    _copy(["val.de.gz", "val.en.gz"], tmp_path)
+    first = data.load_multi30k("val", tmp_path)
+
+    def no_hashing(*_):
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(data.hashlib, "sha256", no_hashing)
+    assert data.load_multi30k("val", tmp_path) == first  # served from the cache
+    st_ = (tmp_path / "val.en.gz").stat()
+    os.utime(tmp_path / "val.en.gz", ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
+    with pytest.raises(AssertionError, match="hashed again"):  # a changed file is re-hashed
+        data.load_multi30k("val", tmp_path)
+
+
+def test_missing_file_names_path_and_remedies(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"train\.de\.gz.*download\(.*MULTI30K_DIR"):
+        data.load_multi30k("train", tmp_path)
+
+
+def test_mismatched_line_counts(tmp_path):
+    _write_gz(tmp_path / "val.de.gz", "a\nb\nc\n")
+    _write_gz(tmp_path / "val.en.gz", "a\nb\n")
+    with pytest.raises(ValueError, match=r"val\.de\.gz has 3 lines, val\.en\.gz has 2"):
+        data.load_multi30k("val", tmp_path, verify=False)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"split": "dev"}, r"split must be one of \['test', 'train', 'val'\], got 'dev'"),
+        ({"split": "val", "src_lang": "fr"}, r"language must be one of \['de', 'en'\], got 'fr'"),
+        ({"split": "val", "tgt_lang": "de"}, "src_lang and tgt_lang must differ"),
+    ],
+)
+def test_bad_arguments(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        data.load_multi30k(data_dir=tmp_path, **kwargs)
+
+
+def test_default_data_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "mine"))
+    assert data.default_data_dir() == tmp_path / "mine"
+    monkeypatch.delenv("MULTI30K_DIR")
+    root = Path(data.__file__).resolve().parents[1]
+    shared = root.parent / "shared" / "data" / "multi30k"
+    if shared.is_dir():
+        assert data.default_data_dir() == shared
+    # A package with no shared copy next to it falls back to the user's cache.
+    fake = tmp_path / "project" / "transformer_lib" / "data.py"
+    monkeypatch.setattr(data, "__file__", str(fake))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert data.default_data_dir() == tmp_path / "home" / ".cache" / "transformer_lib" / "multi30k"
+
+
+# ----------------------------------------------------------------------------- download
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves the shared Multi30k files, corrupting or hiding some when told to."""
+
+    corrupt: frozenset[str] = frozenset()
+    missing: frozenset[str] = frozenset()
+    requests: list[str]
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        name = self.path.rsplit("/", 1)[-1]
+        self.requests.append(name)
+        if name in self.missing or name not in data.SHA256:
+            self.send_error(404, "Not Found")
+            return
+        body = (DATA / name).read_bytes()
+        if name in self.corrupt:
+            body = body[:100] + bytes([body[100] ^ 0xFF]) + body[101:]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):  # keep the test output clean
+        pass
+
+
+@pytest.fixture
+def server():
+    """Start a local HTTP server on an ephemeral port; yields a factory (corrupt, missing)."""
+    running = []
+
+    def start(corrupt=(), missing=()):
+        requests: list[str] = []
+        handler = type(
+            "H",
+            (_Handler,),
+            {"corrupt": frozenset(corrupt), "missing": frozenset(missing), "requests": requests},
+        )
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        running.append((srv, thread))
+        return f"http://127.0.0.1:{srv.server_address[1]}/data/task1/raw", requests
+
+    yield start
+    for srv, thread in running:
+        srv.shutdown()
+        srv.server_close()
+        thread.join()
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name not in data.SHA256)
+
+
+@needs_data
+def test_download_fetches_verifies_and_skips_existing(server, tmp_path):
+    url, requests = server()
+    dest = data.download(tmp_path / "d", base_url=url, timeout=10)
+    assert sorted(requests) == sorted(FILES)
+    for name in FILES:
+        assert (dest / name).read_bytes() == (DATA / name).read_bytes()
+    assert _leftovers(dest) == []
+    assert len(data.load_multi30k("test", dest)) == 1000
+    # Second call: everything present and verified, so nothing is fetched.
+    requests.clear()
+    data.download(dest, base_url=url)
+    assert requests == []
+    # A damaged local file is fetched again and replaced.
+    (dest / "val.en.gz").write_bytes(b"damaged")
+    data.download(dest, base_url=url)
+    assert requests == ["val.en.gz"]
+    assert (dest / "val.en.gz").read_bytes() == (DATA / "val.en.gz").read_bytes()
+
+
+@needs_data
+def test_download_rejects_a_corrupted_response_and_writes_nothing(server, tmp_path):
+    url, _ = server(corrupt={"val.en.gz"})
+    dest = tmp_path / "d"
+    with pytest.raises(ValueError, match=r"val\.en\.gz.*corrupt.*SHA-256 expected"):
+        data.download(dest, base_url=url, files=["val.de.gz", "val.en.gz"])
+    assert sorted(p.name for p in dest.iterdir()) == ["val.de.gz"]  # no partial or temp file
+    # An existing (damaged) file is left as it was rather than replaced by bad bytes.
+    (dest / "val.en.gz").write_bytes(b"old")
+    with pytest.raises(ValueError, match="corrupt"):
+        data.download(dest, base_url=url, files=["val.en.gz"])
+    assert (dest / "val.en.gz").read_bytes() == b"old"
+    assert _leftovers(dest) == []
+
+
+@needs_data
+def test_download_http_error_names_the_url(server, tmp_path):
+    url, _ = server(missing={"train.en.gz"})
+    dest = tmp_path / "d"
+    with pytest.raises(OSError, match=rf"{url}/train\.en\.gz.*HTTP 404"):
+        data.download(dest, base_url=url, files=["train.en.gz"])
+    assert list(dest.iterdir()) == []
+
+
+def test_download_unreachable_server_and_unknown_file(tmp_path):
+    with pytest.raises(ValueError, match=r"files must be among .*unknown \['val\.fr\.gz'\]"):
+        data.download(tmp_path, files=["val.fr.gz"])
+    with pytest.raises(OSError, match=r"http://127\.0\.0\.1:9/val\.de\.gz failed"):
+        data.download(tmp_path, base_url="http://127.0.0.1:9", files=["val.de.gz"], timeout=5)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+@functools.cache
+def _pairs(split: str) -> list[tuple[str, str]]:
+    return data.load_multi30k(split, DATA)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The joint BPE tokenizer trained on all of Multi30k train, as the chapter does."""
+    return data.train_tokenizer([s for pair in _pairs("train") for s in pair], vocab_size=8000)
+
+
+@needs_data
+def test_special_token_ids(tok):
+    assert (PAD, BOS, EOS, UNK) == (0, 1, 2, 3)
+    assert [tok.token_to_id(t) for t in data.SPECIAL_TOKENS] == [PAD, BOS, EOS, UNK]
+    assert tok.get_vocab_size() == 8000
+
+
+@needs_data
+def test_round_trip_on_every_val_and_test_sentence(tok):
+    sentences = [s for split in ("val", "test") for pair in _pairs(split) for s in pair]
+    encoded = [data.encode(tok, s) for s in sentences]
+    assert all(ids[-1] == EOS and UNK not in ids for ids in encoded)
+    decoded = [data.decode(tok, ids) for ids in encoded]
+    mismatches = [(s, d) for s, d in zip(sentences, decoded) if s != d]
+    assert mismatches == []
+
+
+@needs_data
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=40))
+def test_round_trip_of_any_text_up_to_nfc(tok, text):
+    ids = data.encode(tok, text, add_special=False)
+    assert UNK not in ids  # byte level: every string is representable
+    assert data.decode(tok, ids) == unicodedata.normalize("NFC", text)
+
+
+@needs_data
+def test_encode_decode_special_tokens(tok):
+    text = "Zwei Hunde spielen im Schnee."
+    ids = data.encode(tok, text, add_special=False)
+    assert data.encode(tok, text) == ids + [EOS]
+    assert data.decode(tok, [BOS] + ids + [EOS, PAD, PAD]) == text
+    assert data.decode(tok, torch.tensor([BOS] + ids)) == text
+    # Special-token text inside a sentence is just text.
+    assert not {PAD, BOS, EOS, UNK} & set(data.encode(tok, "a <s> b </s>", add_special=False))
+    assert data.decode(tok, data.encode(tok, "a <s> b </s> <pad>")) == "a <s> b </s> <pad>"
+
+
+@needs_data
+def test_pieces_are_readable(tok):
+    assert data.pieces(tok, "Ein Hund läuft.")[:2] == ["▁Ein", "▁Hund"]
+    for src, tgt in _pairs("val")[:100]:
+        for s in (src, tgt):
+            assert "".join(data.pieces(tok, s)) == "▁" + s.replace(" ", "▁")
+
+
+@needs_data
+def test_tokenizer_training_is_deterministic():
+    texts = [s for pair in _pairs("train")[:3000] for s in pair]
+    a = data.train_tokenizer(texts, vocab_size=1000)
+    b = data.train_tokenizer(iter(texts), vocab_size=1000)  # any iterable, read once
+    assert a.to_str() == b.to_str()
+    assert a.get_vocab_size() == 1000
+
+
+@needs_data
+def test_save_and_load_tokenizer(tok, tmp_path):
+    path = data.save_tokenizer(tok, tmp_path / "sub" / "tokenizer.json")
+    loaded = data.load_tokenizer(path)
+    assert loaded.to_str() == tok.to_str()
+    assert [p.name for p in path.parent.iterdir()] == ["tokenizer.json"]
+    text = _pairs("val")[5][0] + " <s>"
+    assert data.encode(loaded, text) == data.encode(tok, text)
+    assert data.decode(loaded, data.encode(loaded, text)) == text
+
+
+def test_tokenizer_errors(tmp_path):
+    with pytest.raises(ValueError, match="vocab_size must be >= 260"):
+        data.train_tokenizer(["a b"], vocab_size=100)
+    with pytest.raises(ValueError, match="min_frequency must be >= 1"):
+        data.train_tokenizer(["a b"], vocab_size=300, min_frequency=0)
+    with pytest.raises(FileNotFoundError, match="tok.json"):
+        data.load_tokenizer(tmp_path / "tok.json")
+    (tmp_path / "bad.json").write_text("{ not json")
+    with pytest.raises(ValueError, match="bad.json is not a valid tokenizer file"):
+        data.load_tokenizer(tmp_path / "bad.json")
+    from tokenizers import Tokenizer, models
+
+    other = Tokenizer(models.WordLevel({"[PAD]": 0, "hello": 1, "<unk>": 2}, unk_token="<unk>"))
+    other.save(str(tmp_path / "other.json"))
+    with pytest.raises(ValueError, match=r"must have ids 0\.\.3.*found \[None, None, None, 2\]"):
+        data.load_tokenizer(tmp_path / "other.json")
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+@pytest.fixture(scope="module")
+def examples(tok):
+    return data.encode_pairs(_pairs("train")[:4000], tok)
+
+
+@needs_data
+def test_encode_pairs(tok):
+    pairs = _pairs("val")[:50]
+    ex = data.encode_pairs(pairs, tok)
+    assert ex == [
+        (data.encode(tok, s, add_special=False), data.encode(tok, t, add_special=False))
+        for s, t in pairs
+    ]
+    short = data.encode_pairs(pairs, tok, max_len=12)
+    assert short == [(s, t) for s, t in ex if len(s) <= 12 and len(t) <= 12]
+    assert 0 < len(short) < len(ex)
+    with pytest.raises(ValueError, match="max_len must be None or >= 1, got 0"):
+        data.encode_pairs(pairs, tok, max_len=0)
+
+
+_lengths = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), min_size=1, max_size=120)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lengths=_lengths,
+    slack=st.integers(0, 300),
+    shuffle=st.booleans(),
+    bucket=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_batches_cover_every_example_once_within_the_budget(lengths, slack, shuffle, bucket, seed):
+    examples = [([7] * s, [8] * t) for s, t in lengths]
+    max_tokens = max(data.example_length(e) for e in examples) + slack
+    batches = data.make_batches(examples, max_tokens, shuffle=shuffle, seed=seed, bucket=bucket)
+    assert sorted(i for b in batches for i in b) == list(range(len(examples)))
+    for b in batches:
+        src, tgt = data.collate(examples, b)
+        assert src.numel() <= max_tokens and tgt.numel() <= max_tokens
+    again = data.make_batches(examples, max_tokens, shuffle=shuffle, seed=seed, bucket=bucket)
+    assert again == batches  # deterministic given the seed
+
+
+def test_bucketed_batches_without_shuffle_are_sorted_by_length():
+    examples = [([1] * n, [1] * ((n * 7) % 11)) for n in range(40)]
+    batches = data.make_batches(examples, 60, shuffle=False, seed=0)
+    flat = [data.example_length(examples[i]) for b in batches for i in b]
+    assert flat == sorted(flat)
+    unbucketed = data.make_batches(examples, 60, shuffle=False, seed=0, bucket=False)
+    assert [i for b in unbucketed for i in b] == list(range(40))  # given order, greedily cut
+
+
+def test_shuffle_depends_on_the_seed():
+    examples = [([1] * (n % 13), [1] * (n % 7)) for n in range(300)]
+    a = data.make_batches(examples, 100, shuffle=True, seed=1)
+    b = data.make_batches(examples, 100, shuffle=True, seed=2)
+    assert a != b
+    assert sorted(map(sorted, a)) != sorted(map(sorted, b))  # different groupings, not just order
+
+
+def test_make_batches_errors():
+    examples = [([1] * 3, [1] * 3), ([1] * 20, [1] * 2)]
+    with pytest.raises(ValueError, match=r"max_tokens=10 is smaller than example 1, .* 21"):
+        data.make_batches(examples, 10, shuffle=False, seed=0)
+    with pytest.raises(ValueError, match="max_tokens must be >= 1, got 0"):
+        data.make_batches(examples, 0, shuffle=False, seed=0)
+
+
+@needs_data
+def test_padding_fraction_matches_the_collated_tensors(examples):
+    batches = data.make_batches(examples, 1500, shuffle=True, seed=3, bucket=False)
+    pads = total = 0
+    for b in batches:
+        for t in data.collate(examples, b):
+            pads += int((t == PAD).sum())
+            total += t.numel()
+    assert data.padding_fraction(batches, examples) == pytest.approx(pads / total)
+
+
+@needs_data
+def test_bucketing_cuts_padding(examples):
+    report = data.compare_padding(examples, max_tokens=2000, seed=0)
+    assert report["bucketed_padding"] < 0.15
+    assert report["random_padding"] > 3 * report["bucketed_padding"]
+    assert report["bucketed_batches"] < report["random_batches"]  # fuller batches
+
+
+def test_collate_layout_and_device():
+    examples = [([5, 6, 7], [8]), ([9], [10, 11, 12, 13])]
+    src, tgt = data.collate(examples, [1, 0])
+    assert src.dtype == tgt.dtype == torch.long
+    assert src.tolist() == [[9, EOS, PAD, PAD], [5, 6, 7, EOS]]
+    assert tgt.tolist() == [[BOS, 10, 11, 12, 13, EOS], [BOS, 8, EOS, PAD, PAD, PAD]]
+    src, tgt = data.collate(examples, [0], pad=-1, device="meta")
+    assert src.device.type == tgt.device.type == "meta" and tuple(src.shape) == (1, 4)
+    with pytest.raises(ValueError, match="indices must name at least one example"):
+        data.collate(examples, [])

@@ -1,0 +1,561 @@
+"""Checkpoints as directories of safetensors + JSON: atomic, verified, and free of pickle.
+
+Hand-written (not exported from a chapter): the training loop and the command line use it.
+
+A checkpoint is a directory::
+
+    model.safetensors    the weights (tied tensors stored once; see "aliases" in its metadata)
+    config.json          the caller's config dict, human-readable
+    tokenizer.json       the tokenizer, if one was given
+    trainer.safetensors  tensors of the optimizer, scheduler, RNG, train state and extra
+    trainer.json         everything else about them, tensors replaced by references
+    manifest.json        format version and the SHA-256 and size of every other file
+
+`torch.save` would pickle, and unpickling a file runs whatever code it names: loading a
+downloaded checkpoint would mean trusting its author. Here nothing is ever unpickled: tensors go
+through safetensors, everything else through JSON. The paper averages the last 5 (base) or 20
+(big) checkpoints (section 6.1); ``average_checkpoints`` does that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    "save_checkpoint",
+    "load_checkpoint",
+    "average_checkpoints",
+    "capture_rng_state",
+    "restore_rng_state",
+]
+
+_FORMAT = "transformer_lib.checkpoint"
+_VERSION = 1
+_MODEL, _CONFIG, _TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
+_TRAINER_T, _TRAINER_J, _MANIFEST = "trainer.safetensors", "trainer.json", "manifest.json"
+# A JSON object with one of these keys stands for a value JSON has no type for.
+_MARKERS = ("__tensor__", "__ndarray__", "__tuple__", "__items__")
+
+
+# ---------------------------------------------------------------------------------- RNG
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The state of every random generator a training run draws from.
+
+    torch's CPU generator (a uint8 tensor), every CUDA device's generator when CUDA is
+    available, Python's ``random`` and NumPy's global generator. Restoring it with
+    ``restore_rng_state`` makes the next random numbers (dropout masks, shuffles) the same.
+    """
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Set the generators from ``capture_rng_state()`` output (missing entries are left alone).
+
+    CUDA states are restored only when the same number of CUDA devices is available: a
+    checkpoint written on a GPU machine can still be resumed on a CPU one.
+    """
+    if "torch" in state:
+        torch.set_rng_state(torch.as_tensor(state["torch"], dtype=torch.uint8).cpu())
+    if "python" in state:
+        random.setstate(_as_tuples(state["python"]))
+    if "numpy" in state:
+        np.random.set_state(_as_tuples(state["numpy"]))
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([t.cpu() for t in cuda])
+
+
+def _as_tuples(x: Any) -> Any:
+    """Lists back to tuples (for states that went through plain JSON elsewhere)."""
+    return tuple(_as_tuples(v) for v in x) if isinstance(x, list) else x
+
+
+# ---------------------------------------------------------------------------------- tensors
+
+
+def _dedupe(named: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Split tensors into unique ones and aliases ``{alias: canonical name}``.
+
+    safetensors refuses tensors that share memory. Tied weights (the same tensor under two
+    names, e.g. the embedding and the output projection, paper section 3.4) are stored once
+    and recorded as an alias. Tensors that overlap without being the same view are copied.
+    """
+    unique: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    storages: set[int] = set()
+    for name, t in named.items():
+        t = t.detach()
+        if t.numel() == 0:
+            unique[name] = t.cpu().contiguous()
+            continue
+        ptr = t.untyped_storage().data_ptr()
+        view = (t.device, ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        if view in seen:
+            aliases[name] = seen[view]
+            continue
+        seen[view] = name
+        shared = ptr in storages
+        storages.add(ptr)
+        # .contiguous() copies only non-contiguous tensors; clone() breaks partial overlaps.
+        t = t.contiguous() if not shared else t.clone(memory_format=torch.contiguous_format)
+        unique[name] = t.cpu()
+    return unique, aliases
+
+
+def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
+    """`obj` as JSON, each tensor/array replaced by a reference to `tensors[path]`."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        if isinstance(obj, np.ndarray) and obj.dtype == object:
+            raise TypeError(f"cannot store the object array at {path!r} without pickle")
+        key = path
+        while key in tensors:  # "a/b" can arise twice, from {"a/b": ..} and {"a": {"b": ..}}
+            key += "'"
+        if isinstance(obj, torch.Tensor):
+            tensors[key] = obj
+            return {"__tensor__": key}
+        tensors[key] = torch.from_numpy(np.ascontiguousarray(obj))
+        return {"__ndarray__": key}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(obj)]
+    if isinstance(obj, Mapping):
+        if all(isinstance(k, str) for k in obj) and not any(k in _MARKERS for k in obj):
+            return {k: _encode(v, f"{path}/{k}", tensors) for k, v in obj.items()}
+        # Non-string keys (the optimizer's parameter ids) keep their type as explicit items.
+        return {
+            "__items__": [
+                [_encode(k, f"{path}/{i}k", tensors), _encode(v, f"{path}/{k}", tensors)]
+                for i, (k, v) in enumerate(obj.items())
+            ]
+        }
+    raise TypeError(
+        f"cannot store {type(obj).__name__} at {path!r} in a checkpoint: only JSON values, "
+        "tuples, dicts, tensors and NumPy arrays are supported (nothing is pickled)"
+    )
+
+
+def _decode(obj: Any, tensors: Mapping[str, torch.Tensor], where: str) -> Any:
+    """Inverse of ``_encode``; `where` names the file for error messages."""
+    if isinstance(obj, list):
+        return [_decode(v, tensors, where) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if len(obj) == 1 and next(iter(obj)) in _MARKERS:
+        kind, value = next(iter(obj.items()))
+        if kind == "__tuple__":
+            return tuple(_decode(v, tensors, where) for v in value)
+        if kind == "__items__":
+            return {_decode(k, tensors, where): _decode(v, tensors, where) for k, v in value}
+        if not isinstance(value, str) or value not in tensors:
+            raise ValueError(f"{where} refers to tensor {value!r}, which is not stored")
+        return tensors[value] if kind == "__tensor__" else tensors[value].numpy()
+    return {k: _decode(v, tensors, where) for k, v in obj.items()}
+
+
+# ---------------------------------------------------------------------------------- writing
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    _write_bytes(path, (json.dumps(obj, indent=2, allow_nan=True) + "\n").encode("utf-8"))
+
+
+def _write_tensors(path: Path, tensors: Mapping[str, torch.Tensor], meta: dict[str, str]) -> None:
+    from safetensors.torch import save_file
+
+    save_file(dict(tensors), str(path), metadata=meta)
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    if hasattr(os, "O_DIRECTORY"):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fill(
+    tmp: Path,
+    model: nn.Module,
+    config: Mapping[str, Any],
+    trainer: dict[str, Any],
+    tokenizer: Any,
+) -> None:
+    """Write every file of a checkpoint into the (temporary) directory `tmp`."""
+    try:
+        config_text = json.dumps(dict(config), indent=2, allow_nan=True) + "\n"
+    except TypeError as e:
+        raise TypeError(f"config must be a JSON-serializable dict: {e}") from e
+    weights, aliases = _dedupe(model.state_dict())
+    _write_tensors(tmp / _MODEL, weights, {"format": "pt", "aliases": json.dumps(aliases)})
+    _write_bytes(tmp / _CONFIG, config_text.encode("utf-8"))
+    if tokenizer is not None:
+        if hasattr(tokenizer, "to_str"):  # a tokenizers.Tokenizer
+            _write_bytes(tmp / _TOKENIZER, tokenizer.to_str(pretty=True).encode("utf-8"))
+        else:  # a path to a tokenizer.json
+            _write_bytes(tmp / _TOKENIZER, Path(tokenizer).read_bytes())
+    if trainer:
+        raw: dict[str, torch.Tensor] = {}
+        tree = {k: _encode(v, k, raw) for k, v in trainer.items()}
+        unique, aliases = _dedupe(raw)
+        tree = _redirect(tree, aliases)
+        _write_tensors(tmp / _TRAINER_T, unique, {"format": "pt"})
+        _write_json(tmp / _TRAINER_J, tree)
+    files = sorted(p.name for p in tmp.iterdir())
+    _write_json(
+        tmp / _MANIFEST,
+        {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "files": {
+                n: {"sha256": _sha256(tmp / n), "bytes": (tmp / n).stat().st_size} for n in files
+            },
+        },
+    )
+    _fsync_dir(tmp)
+
+
+def _redirect(tree: Any, aliases: Mapping[str, str]) -> Any:
+    """Point references to aliased tensors at the stored copy."""
+    if isinstance(tree, list):
+        return [_redirect(v, aliases) for v in tree]
+    if isinstance(tree, dict):
+        if len(tree) == 1 and next(iter(tree)) in ("__tensor__", "__ndarray__"):
+            kind, ref = next(iter(tree.items()))
+            return {kind: aliases.get(ref, ref)}
+        return {k: _redirect(v, aliases) for k, v in tree.items()}
+    return tree
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: nn.Module,
+    config: Mapping[str, Any],
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    train_state: Mapping[str, Any] | None = None,
+    tokenizer: Any = None,
+    extra: Mapping[str, Any] | None = None,
+    rng: bool = True,
+) -> Path:
+    """Write a checkpoint directory at `path`, atomically replacing any older one.
+
+    Everything is written into a temporary directory next to `path` and fsync'ed; then the old
+    checkpoint (if any) is renamed away, the new one renamed into place, and the old one
+    deleted. A crash while writing leaves the old checkpoint untouched; a failure during the
+    swap puts it back.
+
+    Args:
+        path: the checkpoint directory.
+        model: its ``state_dict()`` is saved (parameters and persistent buffers).
+        config: JSON-serializable settings to rebuild the model (tuples come back as lists).
+        optimizer, scheduler: their ``state_dict()``s, for resuming training.
+        train_state: counters such as epoch and step (JSON values, tuples, tensors, arrays).
+        tokenizer: a ``tokenizers.Tokenizer`` or the path of a ``tokenizer.json`` to copy.
+        extra: anything else of the same kinds as `train_state`.
+        rng: also record ``capture_rng_state()``, so a resumed run draws the same numbers.
+
+    Returns `path`.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"path must be a checkpoint directory, but {path} is a file")
+    trainer: dict[str, Any] = {}
+    for key, value in (
+        ("optimizer", optimizer.state_dict() if optimizer is not None else None),
+        ("scheduler", scheduler.state_dict() if scheduler is not None else None),
+        ("train_state", train_state),
+        ("extra", extra),
+        ("rng", capture_rng_state() if rng else None),
+    ):
+        if value is not None:
+            trainer[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    try:
+        _fill(tmp, model, config, trainer, tokenizer)
+        _swap_into_place(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _swap_into_place(tmp: Path, path: Path) -> None:
+    """Rename `tmp` to `path`; an existing `path` is renamed away first and deleted after."""
+    old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
+    had_old = path.exists()
+    if had_old:
+        os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        if had_old:
+            os.rename(old, path)  # put the previous checkpoint back
+        raise
+    _fsync_dir(path.parent)
+    if had_old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        hint = ""
+        leftovers = sorted(path.parent.glob(f".{path.name}.old-*")) if path.parent.is_dir() else []
+        if leftovers:
+            hint = f"; a previous version interrupted while being replaced is at {leftovers[-1]}"
+        raise FileNotFoundError(f"checkpoint directory {path} not found{hint}")
+    manifest_path = path / _MANIFEST
+    if not manifest_path.is_file():
+        raise ValueError(f"{path} is not a checkpoint: {_MANIFEST} is missing")
+    manifest = _read_json(manifest_path)
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        raise ValueError(f"{manifest_path} is not a {_FORMAT} manifest")
+    if manifest.get("version") != _VERSION:
+        raise ValueError(
+            f"{manifest_path}: checkpoint format version {manifest.get('version')!r} is not "
+            f"supported (expected {_VERSION})"
+        )
+    return manifest
+
+
+def _check_file(path: Path, manifest: Mapping[str, Any], verify: bool) -> Path:
+    entry = manifest.get("files", {}).get(path.name)
+    if entry is None or not path.is_file():
+        raise ValueError(f"checkpoint {path.parent} is incomplete: {path.name} is missing")
+    if verify:
+        actual = _sha256(path)
+        if actual != entry.get("sha256"):
+            raise ValueError(
+                f"{path} is corrupt: SHA-256 expected {entry.get('sha256')}, got {actual}"
+            )
+    return path
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+
+
+def _read_tensors(
+    path: Path, device: str, names: Sequence[str] | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors (all, or only `names`) and the metadata of a safetensors file."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device=device) as f:
+            keys = list(f.keys()) if names is None else [n for n in names if n in f.keys()]
+            return {k: f.get_tensor(k) for k in keys}, dict(f.metadata() or {})
+    except SafetensorError as e:
+        raise ValueError(f"{path} is not a readable safetensors file: {e}") from e
+
+
+def _device(map_location: str | torch.device) -> str:
+    return str(torch.device(map_location))
+
+
+def _model_state(path: Path, manifest: Mapping[str, Any], verify: bool, device: str):
+    """The full state dict stored in a checkpoint, tied names restored."""
+    file = _check_file(path / _MODEL, manifest, verify)
+    tensors, meta = _read_tensors(file, device)
+    try:
+        aliases = json.loads(meta.get("aliases", "{}"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{file}: the 'aliases' metadata is not valid JSON: {e}") from e
+    for alias, name in aliases.items():
+        if name not in tensors:
+            raise ValueError(f"{file}: alias {alias!r} refers to missing tensor {name!r}")
+        tensors[alias] = tensors[name]
+    return tensors
+
+
+def _load_into(model: nn.Module, state: Mapping[str, torch.Tensor], where: Path) -> None:
+    """``model.load_state_dict`` after a check that lists every name and shape that differs."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shapes = [
+        f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}"
+        for k in sorted(set(state) & set(expected))
+        if state[k].shape != expected[k].shape
+    ]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing from the checkpoint: {missing}")
+        if unexpected:
+            parts.append(f"not in the model: {unexpected}")
+        if shapes:
+            parts.append(f"shape mismatch: {shapes}")
+        raise ValueError(f"checkpoint {where} does not fit the model; " + "; ".join(parts))
+    model.load_state_dict(state, strict=True)
+
+
+def load_checkpoint(
+    path: str | Path,
+    model: nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    map_location: str | torch.device = "cpu",
+    *,
+    restore_rng: bool = False,
+    verify: bool = True,
+) -> dict[str, Any]:
+    """Read a checkpoint written by ``save_checkpoint``, loading state into the given objects.
+
+    Only safetensors and JSON are read: nothing is unpickled, so a checkpoint from anywhere is
+    safe to open. With `verify`, every file read is checked against the manifest's SHA-256.
+
+    Args:
+        path: the checkpoint directory.
+        model: if given, receives the weights (names and shapes must match exactly).
+        optimizer, scheduler: if given, receive their saved states (an error if none was saved).
+        map_location: device for the returned tensors (the model keeps its own device).
+        restore_rng: set the random generators to their state at saving time.
+        verify: check file checksums.
+
+    Returns a dict with ``config``, ``train_state``, ``extra``, ``rng`` (``None`` when not
+    saved), ``tokenizer`` (path of ``tokenizer.json`` or ``None``) and ``path``.
+    """
+    path = Path(path)
+    manifest = _read_manifest(path)
+    device = _device(map_location)
+    config = _read_json(_check_file(path / _CONFIG, manifest, verify))
+    if model is not None:
+        _load_into(model, _model_state(path, manifest, verify, device), path)
+    trainer: dict[str, Any] = {}
+    if _TRAINER_J in manifest.get("files", {}):
+        tree = _read_json(_check_file(path / _TRAINER_J, manifest, verify))
+        if not isinstance(tree, dict):
+            raise ValueError(f"{path / _TRAINER_J} must hold a JSON object")
+        # The optimizer's tensors (twice the model's size for Adam) are read only when needed.
+        wanted = [k for k in tree if k != "optimizer" or optimizer is not None]
+        refs = _references({k: tree[k] for k in wanted})
+        tensors_file = _check_file(path / _TRAINER_T, manifest, verify)
+        tensors, _ = _read_tensors(tensors_file, device, refs)
+        trainer = {k: _decode(tree[k], tensors, str(path / _TRAINER_J)) for k in wanted}
+    for name, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
+        if obj is None:
+            continue
+        if name not in trainer:
+            raise ValueError(f"checkpoint {path} holds no {name} state to load")
+        obj.load_state_dict(trainer[name])
+    if restore_rng:
+        if "rng" not in trainer:
+            raise ValueError(f"checkpoint {path} holds no RNG state (saved with rng=False)")
+        restore_rng_state(trainer["rng"])
+    tokenizer = path / _TOKENIZER
+    return {
+        "config": config,
+        "train_state": trainer.get("train_state"),
+        "extra": trainer.get("extra"),
+        "rng": trainer.get("rng"),
+        "tokenizer": tokenizer if _TOKENIZER in manifest.get("files", {}) else None,
+        "path": path,
+    }
+
+
+def _references(tree: Any) -> list[str]:
+    """Names of the tensors a JSON tree refers to."""
+    out: list[str] = []
+    if isinstance(tree, list):
+        for v in tree:
+            out += _references(v)
+    elif isinstance(tree, dict):
+        if len(tree) == 1 and next(iter(tree)) in ("__tensor__", "__ndarray__"):
+            return [str(next(iter(tree.values())))]
+        for v in tree.values():
+            out += _references(v)
+    return out
+
+
+def average_checkpoints(
+    paths: Sequence[str | Path], *, verify: bool = True
+) -> dict[str, torch.Tensor]:
+    """The element-wise mean of several checkpoints' weights (paper section 6.1).
+
+    "For the base models, we used a single model obtained by averaging the last 5 checkpoints."
+    Sums are accumulated in float32 (float64 for float64 weights) and cast back to each
+    tensor's dtype; integer buffers are taken from the last checkpoint. Tied names share one
+    tensor in the result, which loads with ``model.load_state_dict(..., strict=True)``.
+    """
+    if len(paths) == 0:
+        raise ValueError("paths must name at least one checkpoint, got none")
+    paths = [Path(p) for p in paths]
+    states = [_model_state(p, _read_manifest(p), verify, "cpu") for p in paths]
+    first = states[0]
+    for p, s in zip(paths[1:], states[1:]):
+        if set(s) != set(first):
+            diff = sorted(set(s) ^ set(first))
+            raise ValueError(f"checkpoint {p} has different tensor names than {paths[0]}: {diff}")
+        bad = [k for k in first if s[k].shape != first[k].shape]
+        if bad:
+            raise ValueError(f"checkpoint {p} differs in shape from {paths[0]} for {bad}")
+    averaged: dict[str, torch.Tensor] = {}
+    done: dict[int, torch.Tensor] = {}  # id of a tensor in `first` -> its average (tied names)
+    for name, t in first.items():
+        if id(t) in done:
+            averaged[name] = done[id(t)]
+            continue
+        if t.is_floating_point():
+            acc_dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
+            acc = torch.zeros(t.shape, dtype=acc_dtype)
+            for s in states:
+                acc += s[name].to(acc_dtype)
+            result = (acc / len(states)).to(t.dtype)
+        else:
+            result = states[-1][name].clone()
+        averaged[name] = done[id(t)] = result
+    return averaged

@@ -1,0 +1,526 @@
+"""Multi30k German↔English: verified loading, download, joint BPE, length-bucketed batches.
+
+Hand-written (not exported from a chapter): the translation chapter and the command line
+(`python -m transformer_lib`) build on it. The paper trains on WMT 2014 (section 5.1) with a
+shared source–target byte-pair vocabulary and batches "by approximate sequence length" of about
+25,000 tokens per side; this module does the same on the much smaller Multi30k task 1
+(Elliott et al., 2016), so a model trains on a laptop.
+
+Conventions every caller shares:
+
+* a *pair* is ``(source sentence, target sentence)``: untokenized, cased text;
+* an *example* is ``(source ids, target ids)``: subword ids WITHOUT special tokens;
+* a batch adds them: the source is ``ids + [EOS]``, the target ``[BOS] + ids + [EOS]``
+  (the decoder input is ``tgt[:, :-1]``, the prediction target ``tgt[:, 1:]``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.client
+import os
+import random
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "PAD",
+    "BOS",
+    "EOS",
+    "UNK",
+    "SPECIAL_TOKENS",
+    "default_data_dir",
+    "load_multi30k",
+    "download",
+    "train_tokenizer",
+    "save_tokenizer",
+    "load_tokenizer",
+    "encode",
+    "decode",
+    "pieces",
+    "encode_pairs",
+    "example_length",
+    "make_batches",
+    "collate",
+    "padding_fraction",
+    "compare_padding",
+]
+
+# ---------------------------------------------------------------------------------- constants
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # index = id
+
+UPSTREAM = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
+
+# SHA-256 of the upstream files (multi30k/dataset, data/task1/raw), byte for byte.
+SHA256 = {
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+}
+
+# split name -> file stem; sizes 29,000 / 1,014 / 1,000 sentence pairs.
+SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
+LANGS = ("de", "en")
+
+# (resolved path, size, mtime_ns) -> sha256 hex digest: a file is hashed once per change,
+# so loading the same split again (every epoch, every test) does not re-read it to hash it.
+_digest_cache: dict[tuple[str, int, int], str] = {}
+
+
+# ---------------------------------------------------------------------------------- files
+
+
+def default_data_dir() -> Path:
+    """Where the Multi30k files are looked for when no ``data_dir`` is given.
+
+    In order: ``$MULTI30K_DIR``; the project's shared copy
+    ``<project root>/../shared/data/multi30k`` (project root = the folder with
+    ``pyproject.toml`` above this package) when it exists;
+    else ``~/.cache/transformer_lib/multi30k`` (where ``download()`` is pointed by default).
+    """
+    env = os.environ.get("MULTI30K_DIR")
+    if env:
+        return Path(env).expanduser()
+    root = Path(__file__).resolve().parents[1]
+    shared = root.parent / "shared" / "data" / "multi30k"
+    if (root / "pyproject.toml").exists() and shared.is_dir():
+        return shared
+    return Path.home() / ".cache" / "transformer_lib" / "multi30k"
+
+
+def _file_names(split: str, lang: str) -> str:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    if lang not in LANGS:
+        raise ValueError(f"language must be one of {list(LANGS)}, got {lang!r}")
+    return f"{SPLITS[split]}.{lang}.gz"
+
+
+def _sha256(path: Path, data: bytes | None = None) -> str:
+    """SHA-256 of a file, cached per (path, size, mtime) so unchanged files are hashed once."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _digest_cache:
+        if data is None:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            digest = h.hexdigest()
+        else:
+            digest = hashlib.sha256(data).hexdigest()
+        _digest_cache[key] = digest
+    return _digest_cache[key]
+
+
+def _read_lines(path: Path, verify: bool) -> list[str]:
+    """One file's sentences: checksum, gunzip, UTF-8, split on newline (nothing else stripped)."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"Multi30k file {path} not found. Fetch the data with "
+            f"transformer_lib.data.download({str(path.parent)!r}) or set MULTI30K_DIR to a "
+            f"folder holding {', '.join(SHA256)}."
+        )
+    data = path.read_bytes()
+    if verify:
+        expected, actual = SHA256[path.name], _sha256(path, data)
+        if actual != expected:
+            raise ValueError(
+                f"{path} is corrupt or not the upstream file: SHA-256 expected {expected}, "
+                f"got {actual}. Delete it and run download() again."
+            )
+    try:
+        text = gzip.decompress(data).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # only reachable with verify=False
+        raise ValueError(f"{path} is not gzip-compressed UTF-8 text: {e}") from e
+    lines = text.split("\n")  # not splitlines(): it would also split on U+2028 and friends
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    return lines
+
+
+def load_multi30k(
+    split: str,
+    data_dir: str | Path | None = None,
+    src_lang: str = "de",
+    tgt_lang: str = "en",
+    verify: bool = True,
+    limit: int | None = None,
+) -> list[tuple[str, str]]:
+    """Sentence pairs ``(source, target)`` of one Multi30k split, as untokenized, cased text.
+
+    Args:
+        split: ``"train"`` (29,000 pairs), ``"val"`` (1,014) or ``"test"`` (1,000, the 2016
+            Flickr test set results are reported on).
+        data_dir: folder with the ``.gz`` files; default ``default_data_dir()``.
+        src_lang, tgt_lang: ``"de"`` and ``"en"`` in either order.
+        verify: check each file's SHA-256 against ``SHA256`` (cached while the file is unchanged).
+        limit: keep only the first ``limit`` pairs (small runs, CI); the whole file is verified.
+    """
+    if src_lang == tgt_lang:
+        raise ValueError(f"src_lang and tgt_lang must differ, both are {src_lang!r}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be None or >= 0, got {limit}")
+    folder = Path(data_dir) if data_dir is not None else default_data_dir()
+    src_path = folder / _file_names(split, src_lang)
+    tgt_path = folder / _file_names(split, tgt_lang)
+    src, tgt = _read_lines(src_path, verify), _read_lines(tgt_path, verify)
+    if len(src) != len(tgt):
+        raise ValueError(
+            f"line counts differ: {src_path.name} has {len(src)} lines, "
+            f"{tgt_path.name} has {len(tgt)}; the files must be line-aligned translations"
+        )
+    pairs = list(zip(src, tgt))
+    return pairs if limit is None else pairs[:limit]
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable (a no-op where directories cannot be opened)."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def download(
+    dest: str | Path | None = None,
+    base_url: str = UPSTREAM,
+    files: Iterable[str] | None = None,
+    timeout: float = 60,
+) -> Path:
+    """Fetch the Multi30k files into `dest`, verifying each before it appears there.
+
+    Each file is streamed into a temporary file in `dest` while being hashed; only when its
+    SHA-256 matches ``SHA256`` is it fsync'ed and renamed into place (``os.replace`` is atomic),
+    so an interrupted or corrupted download never leaves a partial file under the real name.
+    Files already present with the right checksum are skipped.
+
+    Args:
+        dest: target folder (created); default ``default_data_dir()``.
+        base_url: ``<base_url>/<file>`` is fetched; default the upstream GitHub folder.
+        files: which of the six file names to fetch; default all.
+        timeout: seconds for each connection.
+
+    Returns the folder. Raises ``ValueError`` on a checksum mismatch and ``OSError`` (naming the
+    URL) when the server cannot be reached or answers with an HTTP error.
+    """
+    folder = Path(dest) if dest is not None else default_data_dir()
+    names = list(SHA256) if files is None else list(files)
+    unknown = [n for n in names if n not in SHA256]
+    if unknown:
+        raise ValueError(f"files must be among {list(SHA256)}, got unknown {unknown}")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        target = folder / name
+        if target.is_file() and _sha256(target) == SHA256[name]:
+            continue
+        _fetch(f"{base_url.rstrip('/')}/{name}", target, SHA256[name], timeout)
+    return folder
+
+
+def _fetch(url: str, target: Path, expected: str, timeout: float) -> None:
+    request = urllib.request.Request(url, headers={"User-Agent": "transformer_lib"})
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        h = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    for chunk in iter(lambda: response.read(1 << 16), b""):
+                        h.update(chunk)
+                        out.write(chunk)
+            except urllib.error.HTTPError as e:
+                raise OSError(f"downloading {url} failed: HTTP {e.code} {e.reason}") from e
+            except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
+                raise OSError(f"downloading {url} failed: {e}") from e
+            if h.hexdigest() != expected:
+                raise ValueError(
+                    f"downloaded {target.name} from {url} is corrupt: SHA-256 expected "
+                    f"{expected}, got {h.hexdigest()}; nothing was written"
+                )
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+        _fsync_dir(target.parent)
+    finally:
+        tmp.unlink(missing_ok=True)  # gone already after a successful os.replace
+
+
+# ---------------------------------------------------------------------------------- tokenizer
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2):
+    """Learn a joint byte-level BPE vocabulary over source and target text (paper section 5.1).
+
+    One vocabulary for both languages, as in the paper's "shared source-target vocabulary"
+    (subword units as in Sennrich et al., 2016): German and English share many subwords
+    (names, numbers, punctuation), and it lets the model tie its embedding matrices. Ids 0–3 are
+    ``<pad> <s> </s> <unk>`` (``PAD BOS EOS UNK``).
+
+    Pipeline: NFC normalization (so "ä" typed as a + combining diaeresis is the same token as
+    the precomposed "ä") and a space prepended to the sentence, so a word is the same token at
+    the start of a sentence as in its middle; GPT-2's byte-level pre-tokenizer, so every string
+    is representable and ``<unk>`` never occurs; the decoder undoes both. Hence
+    ``decode(tok, encode(tok, t)) == unicodedata.normalize("NFC", t)`` for any text ``t`` —
+    exactly ``t`` for Multi30k, which is NFC already.
+
+    BPE training has no randomness: the same texts and settings give the same vocabulary.
+
+    Args:
+        texts: sentences of both languages (an iterable of ``str``; read once).
+        vocab_size: size of the vocabulary including the 4 special tokens and the 256 bytes.
+        min_frequency: a merge must occur at least this often in `texts`.
+
+    Returns a ``tokenizers.Tokenizer``.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    floor = len(SPECIAL_TOKENS) + 256
+    if vocab_size < floor:
+        raise ValueError(
+            f"vocab_size must be >= {floor} (4 specials + 256 bytes), got {vocab_size}"
+        )
+    if min_frequency < 1:
+        raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
+    tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK]))
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Prepend(" ")])
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    tok.encode_special_tokens = True  # "<s>" typed in a sentence is text, not a control token
+    return tok
+
+
+def save_tokenizer(tok, path: str | Path) -> Path:
+    """Write `tok` as one JSON file (atomically: temporary file + rename). Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(tok.to_str(pretty=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def load_tokenizer(path: str | Path):
+    """Read a tokenizer written by ``save_tokenizer`` and check its special-token ids."""
+    from tokenizers import Tokenizer
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer file {path} not found")
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
+        raise ValueError(f"{path} is not a valid tokenizer file: {e}") from e
+    ids = [tok.token_to_id(t) for t in SPECIAL_TOKENS]
+    if ids != list(range(len(SPECIAL_TOKENS))):
+        raise ValueError(
+            f"{path}: special tokens {SPECIAL_TOKENS} must have ids 0..3 (PAD BOS EOS UNK), "
+            f"found {ids}"
+        )
+    tok.encode_special_tokens = True  # not stored in the JSON file
+    return tok
+
+
+def encode(tok, text: str, add_special: bool = True) -> list[int]:
+    """Subword ids of `text`; with `add_special`, followed by ``EOS`` (the encoder's input form).
+
+    The encoder input in training is ``ids + [EOS]`` (see ``collate``), so this is what to feed
+    the model at translation time. Decoder inputs start with ``BOS``, added by ``collate``.
+    """
+    ids = tok.encode(text, add_special_tokens=False).ids
+    return ids + [EOS] if add_special else ids
+
+
+def decode(tok, ids: Sequence[int] | torch.Tensor) -> str:
+    """Text of subword ids, dropping special tokens (padding, ``<s>``, ``</s>``)."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist()
+    return tok.decode(list(ids), skip_special_tokens=True)
+
+
+def pieces(tok, text: str) -> list[str]:
+    """The subwords of `text` as readable strings, ``▁`` marking a preceding space.
+
+    Byte-level tokens store "ä" as two symbols ("Ã¤"); this shows it as "ä". A token holding
+    part of a multi-byte character shows as "�".
+    """
+    from tokenizers import decoders
+
+    byte_level = decoders.ByteLevel()
+    tokens = tok.encode(text, add_special_tokens=False).tokens
+    return [byte_level.decode([t]).replace(" ", "▁") for t in tokens]
+
+
+# ---------------------------------------------------------------------------------- batches
+
+
+def encode_pairs(
+    pairs: Sequence[tuple[str, str]], tok, max_len: int | None = None
+) -> list[tuple[list[int], list[int]]]:
+    """Tokenize sentence pairs into examples ``(source ids, target ids)`` without special tokens.
+
+    Args:
+        pairs: ``(source, target)`` sentences, e.g. from ``load_multi30k``.
+        tok: the tokenizer.
+        max_len: if given, pairs with more than `max_len` subwords on either side are DROPPED
+            (for training; truncating would teach the model to stop mid-sentence), so the
+            result no longer lines up with `pairs`. Leave it ``None`` for evaluation.
+    """
+    if max_len is not None and max_len < 1:
+        raise ValueError(f"max_len must be None or >= 1, got {max_len}")
+    src = tok.encode_batch([s for s, _ in pairs], add_special_tokens=False)
+    tgt = tok.encode_batch([t for _, t in pairs], add_special_tokens=False)
+    examples = [(s.ids, t.ids) for s, t in zip(src, tgt)]
+    if max_len is not None:
+        examples = [(s, t) for s, t in examples if len(s) <= max_len and len(t) <= max_len]
+    return examples
+
+
+def example_length(example: tuple[Sequence[int], Sequence[int]]) -> int:
+    """Tensor width an example needs: the longer of source + EOS and BOS + target + EOS."""
+    src, tgt = example
+    return max(len(src) + 1, len(tgt) + 2)
+
+
+def make_batches(
+    examples: Sequence[tuple[Sequence[int], Sequence[int]]],
+    max_tokens: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    bucket: bool = True,
+) -> list[list[int]]:
+    """Group example indices into batches of at most `max_tokens` padded tokens per side.
+
+    The cost of a batch is ``len(batch) * max(example_length)``: the size of the larger of its
+    two padded tensors. The paper batches sentence pairs "by approximate sequence length"
+    (section 5.1), so that little of each batch is padding. With `bucket`, examples are sorted
+    by length (ties broken randomly when shuffling, so batches differ between epochs) and cut
+    greedily into batches; then the batch order is shuffled, so training does not see short
+    sentences first. Without `bucket` the examples are packed in random (or given) order — the
+    baseline that ``compare_padding`` measures against.
+
+    Args:
+        examples: ``(source ids, target ids)`` pairs, from ``encode_pairs``.
+        max_tokens: bound on ``batch size * padded length``; every example must fit alone.
+        shuffle: randomize tie order and batch order (training) or not (evaluation).
+        seed: seed of the private random generator (the global RNGs are not touched).
+        bucket: sort by length before batching.
+
+    Returns a list of batches, each a list of indices into `examples`; every index appears once.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    lengths = [example_length(ex) for ex in examples]
+    too_long = [i for i, n in enumerate(lengths) if n > max_tokens]
+    if too_long:
+        i = too_long[0]
+        raise ValueError(
+            f"max_tokens={max_tokens} is smaller than example {i}, which needs {lengths[i]} "
+            f"tokens ({len(too_long)} examples do not fit); raise max_tokens or filter with "
+            "encode_pairs(max_len=...)"
+        )
+    rng = random.Random(seed)
+    order = list(range(len(examples)))
+    if shuffle:
+        rng.shuffle(order)
+    if bucket:
+        # Stable sort of the (shuffled) order: equal lengths keep their random relative order.
+        total = [len(s) + len(t) for s, t in examples]
+        order.sort(key=lambda i: (lengths[i], total[i]))
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    width = 0
+    for i in order:
+        new_width = max(width, lengths[i])
+        if batch and (len(batch) + 1) * new_width > max_tokens:
+            batches.append(batch)
+            batch, new_width = [], lengths[i]
+        batch.append(i)
+        width = new_width
+    if batch:
+        batches.append(batch)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def collate(
+    examples: Sequence[tuple[Sequence[int], Sequence[int]]],
+    indices: Sequence[int],
+    pad: int = PAD,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded tensors of one batch: ``src`` (B, S) = ids + EOS, ``tgt`` (B, T) = BOS + ids + EOS.
+
+    The model reads ``tgt[:, :-1]`` and learns to predict ``tgt[:, 1:]`` (``training.Batch``
+    splits it). Built on the CPU in one ``torch.tensor`` call, then moved to `device`.
+    """
+    if len(indices) == 0:
+        raise ValueError("indices must name at least one example, got an empty batch")
+    src_rows = [list(examples[i][0]) + [EOS] for i in indices]
+    tgt_rows = [[BOS] + list(examples[i][1]) + [EOS] for i in indices]
+    s_len, t_len = max(map(len, src_rows)), max(map(len, tgt_rows))
+    src = torch.tensor([r + [pad] * (s_len - len(r)) for r in src_rows], dtype=torch.long)
+    tgt = torch.tensor([r + [pad] * (t_len - len(r)) for r in tgt_rows], dtype=torch.long)
+    if device is not None:
+        src, tgt = src.to(device), tgt.to(device)
+    return src, tgt  # (B, S), (B, T)
+
+
+def padding_fraction(
+    batches: Sequence[Sequence[int]], examples: Sequence[tuple[Sequence[int], Sequence[int]]]
+) -> float:
+    """Share of the positions in all ``collate``d ``src`` and ``tgt`` tensors that are padding."""
+    padded = real = 0
+    for batch in batches:
+        src = [len(examples[i][0]) + 1 for i in batch]
+        tgt = [len(examples[i][1]) + 2 for i in batch]
+        real += sum(src) + sum(tgt)
+        padded += len(batch) * (max(src) + max(tgt))
+    return (padded - real) / padded if padded else 0.0
+
+
+def compare_padding(
+    examples: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int, seed: int = 0
+) -> dict[str, float]:
+    """Padding fraction and batch count of length-bucketed vs randomly packed batches.
+
+    Both use the same `max_tokens` bound; random packing is what a plain shuffled
+    ``DataLoader`` with a token budget would do.
+    """
+    out: dict[str, float] = {}
+    for name, bucket in (("bucketed", True), ("random", False)):
+        batches = make_batches(examples, max_tokens, shuffle=True, seed=seed, bucket=bucket)
+        out[f"{name}_padding"] = padding_fraction(batches, examples)
+        out[f"{name}_batches"] = len(batches)
+    return out
