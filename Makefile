@@ -9,7 +9,7 @@ export BOOK_FIGURES := offline
 # Chapters run on CPU threads; two cores here.
 export PYTHONHASHSEED := 0
 
-.PHONY: book test install export export-check lint unit nbval book-check execute pin clean
+.PHONY: book test install export export-check lint unit nbval book-check browser-deps execute pin clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -41,13 +41,19 @@ unit: $(STAMP)
 nbval: $(STAMP)
 	$(VENV)/bin/pytest -q -p no:randomly --nbval chapters --sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile
 
-# The site from the stored outputs (nbval has just checked them against a fresh run).
-book-check: $(STAMP)
+# The site from the stored outputs (nbval has just checked them against a fresh run), then every
+# page opened in headless Chromium with all other hosts blocked (tests/site; screenshots of every
+# page go to _build/screenshots/).
+book-check: $(STAMP) browser-deps
 	$(PY) tools/fetch_assets.py
 	$(PY) tools/ci_config.py > _build_ci_config.yml
-	$(VENV)/bin/jupyter-book build --all -W -n --keep-going --config _build_ci_config.yml .
-	rm -f _build_ci_config.yml
+	$(VENV)/bin/jupyter-book build --all -W -n --keep-going --config _build_ci_config.yml . ; \
+	  status=$$?; rm -f _build_ci_config.yml; exit $$status
 	$(VENV)/bin/pytest -q tests/site
+
+# Debian's chromium for the browser check (apt-get, once; never `playwright install`).
+browser-deps:
+	bash tools/browser_deps.sh
 
 ## Developer helpers
 export: $(STAMP)

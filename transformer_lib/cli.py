@@ -4,7 +4,8 @@
     python -m transformer_lib train --config configs/multi30k_small.toml --run runs/small --resume
     torchrun --nproc_per_node=2 -m transformer_lib train --config configs/tiny.toml --run runs/ddp
     python -m transformer_lib evaluate --checkpoint runs/small/averaged --split test --beam 4
-    echo "Ein Hund rennt im Schnee." | python -m transformer_lib translate --checkpoint runs/small/best
+    echo "Ein Hund rennt im Schnee." | \
+        python -m transformer_lib translate --checkpoint runs/small/best
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m transformer_lib", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m transformer_lib", description=__doc__.splitlines()[0]
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a translation model on Multi30k")

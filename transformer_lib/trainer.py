@@ -1,4 +1,4 @@
-"""Train, evaluate and use a translation model on Multi30k: the engine behind `python -m transformer_lib`.
+"""Train, evaluate and use a translation model on Multi30k (`python -m transformer_lib`).
 
 Hand-written (chapter 8 uses it; the pieces it assembles — the model, `Batch`, `LabelSmoothing`,
 `rate`, `greedy_decode`, `beam_search` — are the chapters' own). What it adds is what a real

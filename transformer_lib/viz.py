@@ -16,11 +16,12 @@ import hashlib
 import html
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import altair as alt
 
-__all__ = ["setup_altair", "in_book_build", "attention_heatmap", "COLORS"]
+__all__ = ["setup_altair", "in_book_build", "attention_heatmap", "show_explorer", "COLORS"]
 
 # Okabe–Ito palette: distinguishable with the common forms of colour blindness.
 COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -29,7 +30,7 @@ _seen: dict[str, int] = {}
 
 
 def in_book_build() -> bool:
-    """True while the book is being built or tested (``BOOK_FIGURES=offline``), i.e. no live reader."""
+    """True while the book is built or tested (``BOOK_FIGURES=offline``): no live reader."""
     return os.environ.get("BOOK_FIGURES", "") == "offline"
 
 
@@ -113,4 +114,69 @@ def attention_heatmap(
             color=alt.Color("weight:Q", scale=alt.Scale(scheme="viridis", domain=[0, 1])),
             tooltip=["query", "key", alt.Tooltip("weight:Q", format=".3f")],
         )
+    )
+
+
+def _explorer_note_html(note: str) -> str:
+    return (
+        '<div class="book-explorer-note" role="note">'
+        "<p><strong>Interactive explorer.</strong> "
+        f"{html.escape(note)} "
+        "Run this notebook (launch buttons at the top of the page, or JupyterLab) "
+        "to use the interactive explorer; the figure above is its static view.</p></div>"
+    )
+
+
+def show_explorer(
+    build_widget: Callable[[], Any],
+    fallback: Callable[[], Any],
+    note: str,
+) -> None:
+    """Show an ipywidgets explorer to a live reader, and a static figure in the built book.
+
+    The built site has no kernel, so a widget there would need saved widget state and extra
+    JavaScript, and its controls would not recompute anything. Instead, while the book is being
+    built or tested (:func:`in_book_build`), this displays ``fallback()`` (typically an Altair
+    chart, which may have its own kernel-free sliders) followed by a short note; otherwise it
+    displays ``build_widget()``. Only the callable that is needed is called, so the book never
+    imports ipywidgets. If ipywidgets is missing in a live session, the fallback is shown.
+
+    Args:
+        build_widget: called with no arguments in a live kernel; returns the widget to display
+            (e.g. an ``ipywidgets.VBox`` or the result of ``ipywidgets.interactive``).
+        fallback: called with no arguments in the book build; returns what to display instead
+            (an ``alt.Chart`` or any object IPython can display).
+        note: one or two sentences saying what the explorer lets the reader do.
+
+    Not part of the paper: plumbing for the book.
+    """
+    if not callable(build_widget):
+        raise ValueError(
+            f"build_widget must be a callable returning a widget, got {build_widget!r}"
+        )
+    if not callable(fallback):
+        raise ValueError(f"fallback must be a callable returning a displayable, got {fallback!r}")
+    if not isinstance(note, str) or not note.strip():
+        raise ValueError(f"note must be a non-empty string describing the explorer, got {note!r}")
+    from IPython.display import display
+
+    if not in_book_build():
+        try:
+            widget = build_widget()
+        except ImportError as err:  # ipywidgets not installed: degrade like the book does
+            display(fallback())
+            display(
+                {"text/plain": f"(interactive explorer unavailable: {err}) {note}"},
+                raw=True,
+            )
+            return
+        display(widget)
+        return
+    display(fallback())
+    display(
+        {
+            "text/html": _explorer_note_html(note.strip()),
+            "text/plain": f"Interactive explorer (run this notebook to use it): {note.strip()}",
+        },
+        raw=True,
     )

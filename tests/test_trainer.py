@@ -1,0 +1,166 @@
+"""The training command end to end on a tiny slice of Multi30k: resume, DDP, evaluate, translate.
+
+Each run trains a 1-layer, d_model=32 model on 192 sentence pairs for a few dozen steps (seconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from transformer_lib import cli, trainer
+from transformer_lib.checkpoint import load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.toml"
+# Small enough for seconds, large enough that an epoch has several optimizer steps.
+OVERRIDES = dict(train_limit=192, val_limit=16, epochs=2, save_every=3, max_tokens=256)
+
+
+def _weights(run: Path, name: str = "last") -> dict[str, torch.Tensor]:
+    model, _, _ = trainer.load_model(run / name)
+    return model.state_dict()
+
+
+def _write_toml(cfg: trainer.Config, path: Path) -> Path:
+    lines = []
+    for key, value in dataclasses.asdict(cfg).items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif isinstance(value, (str, tuple, list)):
+            value = json.dumps(list(value) if isinstance(value, tuple) else value)
+        lines.append(f"{key} = {value}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_resume_after_an_interruption_gives_the_same_weights(tmp_path):
+    cfg = trainer.load_config(TINY, **OVERRIDES, dropout=0.1)  # dropout: the RNG state matters
+    full = trainer.train(cfg, tmp_path / "full", progress=False)
+    assert full["steps"] >= 8, "the run is too short to interrupt mid-epoch"
+
+    def stop_at(step: int) -> None:
+        # Step 5 is mid-epoch and two steps after the checkpoint at step 3: those two steps are
+        # lost with the "crash" and must be redone identically.
+        if step == 5:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        trainer.train(cfg, tmp_path / "cut", progress=False, on_step=stop_at)
+    state = load_checkpoint(tmp_path / "cut" / "last")["train_state"]
+    assert state["step"] == 3 and state["epoch"] == 0
+    resumed = trainer.train(cfg, tmp_path / "cut", resume=True, progress=False)
+    assert resumed["steps"] == full["steps"]
+    assert [r["val_loss"] for r in resumed["history"]] == [r["val_loss"] for r in full["history"]]
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "cut")
+    for k in a:
+        assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def test_resume_without_a_checkpoint_starts_fresh(tmp_path):
+    cfg = trainer.load_config(TINY, **OVERRIDES)
+    out = trainer.train(cfg.__class__(**{**cfg.__dict__, "epochs": 1}), tmp_path, resume=True,
+                        progress=False)
+    assert out["steps"] > 0 and (tmp_path / "last").is_dir()
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    """torchrun --nproc_per_node=2 (each rank one micro-batch) == 1 process with accum=2."""
+    cfg = trainer.load_config(TINY, **OVERRIDES, average_last=0)
+    config = _write_toml(cfg, tmp_path / "ddp.toml")
+    assert trainer.load_config(config) == cfg and cfg.accum == 1 and cfg.dropout == 0
+    single = trainer.train(trainer.load_config(config, accum=2), tmp_path / "single",
+                           progress=False)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--master_addr=127.0.0.1", "--master_port=0",
+         "-m", "transformer_lib", "train", "--config", str(config),
+         "--run", str(tmp_path / "ddp"), "--no-progress"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp_history = json.loads((tmp_path / "ddp" / "history.json").read_text())
+    assert [r["step"] for r in ddp_history] == [r["step"] for r in single["history"]]
+    a, b = _weights(tmp_path / "single"), _weights(tmp_path / "ddp")
+    for k in a:
+        # Same updates; only the order of floating-point sums differs (all-reduce vs one process).
+        assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+    for r_single, r_ddp in zip(single["history"], ddp_history):
+        assert r_ddp["train_loss"] == pytest.approx(r_single["train_loss"], rel=1e-4)
+        assert r_ddp["val_loss"] == pytest.approx(r_single["val_loss"], rel=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("tiny")
+    trainer.train(trainer.load_config(TINY, **OVERRIDES), run, progress=False)
+    return run
+
+
+def test_run_directory_holds_what_a_user_needs(tiny_run):
+    for name in ("best", "averaged", "last", "epoch_001", "epoch_002"):
+        assert (tiny_run / name / "model.safetensors").is_file(), name
+        assert (tiny_run / name / "tokenizer.json").is_file(), name
+    history = json.loads((tiny_run / "history.json").read_text())
+    assert [r["epoch"] for r in history] == [1, 2]
+    for r in history:
+        assert set(r) >= {"train_loss", "val_loss", "val_bleu", "tokens", "minutes", "step"}
+        assert torch.isfinite(torch.tensor([r["train_loss"], r["val_loss"]])).all()
+    assert history[1]["train_loss"] < history[0]["train_loss"]
+
+
+def test_averaged_checkpoint_is_the_mean_of_the_snapshots(tiny_run):
+    a, b = _weights(tiny_run, "epoch_001"), _weights(tiny_run, "epoch_002")
+    avg = _weights(tiny_run, "averaged")
+    for k in a:
+        if a[k].is_floating_point():
+            assert_close(avg[k], (a[k] + b[k]) / 2, msg=k)
+
+
+def test_evaluate_and_translate_commands(tiny_run, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "eval.json"
+    rc = cli.main(["evaluate", "--checkpoint", str(tiny_run / "best"), "--split", "val",
+                   "--limit", "8", "--beam", "2", "--output", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("BLEU = ") and printed[1].startswith("nrefs:1|")
+    result = json.loads(out.read_text())
+    assert result["sentences"] == 8 and len(result["hypotheses"]) == 8
+    assert result["signature"] == printed[1] and "tok:13a" in result["signature"]
+
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Ein Hund rennt.\nZwei Männer spielen.\n"))
+    assert cli.main(["translate", "--checkpoint", str(tiny_run / "best"), "--beam", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    model, tok, cfg = trainer.load_model(tiny_run / "best")
+    device = next(model.parameters()).device
+    assert lines == trainer.translate_sentences(
+        model, tok, ["Ein Hund rennt.", "Zwei Männer spielen."], cfg, device, beam_size=1
+    )
+
+
+def test_config_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("d_model = 32\nlearning_rate = 3\n")
+    with pytest.raises(ValueError, match="unknown key.*learning_rate"):
+        trainer.load_config(bad)
+    with pytest.raises(ValueError, match="precision"):
+        trainer.load_config(TINY, precision="fp16")

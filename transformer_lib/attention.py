@@ -1,0 +1,198 @@
+"""1. Attention
+
+Generated from chapters/01_attention.ipynb by tools/export.py: do not edit.
+Edit the chapter and run `make export`."""
+
+__all__ = ["check_mask", "masked_softmax", "AdditiveAttention", "attention"]
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def check_mask(
+    mask: Tensor,
+    q_len: int,
+    k_len: int,
+    name: str = "mask",
+    *,
+    batch_shape: tuple[int, ...] | torch.Size | None = None,
+) -> Tensor:
+    """Validate an attention mask and return it as a bool tensor (True = may attend).
+
+    Args:
+        mask: bool or integer (0/1) tensor broadcastable to ``(..., q_len, k_len)``; a nonzero
+            integer means "may attend". Floating masks are rejected: an additive float mask
+            (0 / -inf) and a multiplicative one (1 / 0) mean opposite things.
+        q_len: number of queries (the second-to-last dimension of the scores).
+        k_len: number of keys (the last dimension of the scores).
+        name: the argument's name, used in error messages.
+        batch_shape: if given, the leading dimensions of the scores; the mask must broadcast to
+            ``(*batch_shape, q_len, k_len)`` without enlarging it.
+
+    Only shapes and dtypes are checked (cheap enough for every forward pass). Implements the
+    masking of "Attention Is All You Need", Section 3.2.3. Defined in chapter 1.
+    """
+    expected = f"(..., q_len={q_len}, k_len={k_len})"
+    if not isinstance(mask, Tensor):
+        raise ValueError(
+            f"{name} must be a bool tensor broadcastable to {expected}, got {type(mask).__name__}"
+        )
+    if mask.dtype.is_floating_point or mask.dtype.is_complex:
+        raise ValueError(
+            f"{name} must be a bool (or 0/1 integer) tensor with True = may attend, got dtype "
+            f"{mask.dtype}; convert an additive float mask with `{name} == 0` or a 0/1 float "
+            f"mask with `{name}.bool()`"
+        )
+    shape = tuple(mask.shape)
+    ok = (mask.dim() < 1 or shape[-1] in (1, k_len)) and (mask.dim() < 2 or shape[-2] in (1, q_len))
+    if ok and batch_shape is not None:
+        full = (*tuple(batch_shape), q_len, k_len)
+        try:
+            ok = torch.broadcast_shapes(shape, full) == torch.Size(full)
+        except RuntimeError:
+            ok = False
+        expected = f"{full}"
+    if not ok:
+        raise ValueError(f"{name} of shape {shape} is not broadcastable to {expected}")
+    return mask if mask.dtype == torch.bool else mask != 0
+
+
+def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    """Shape/dtype checks shared by the attention functions (ValueError naming the argument)."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor) or t.dim() < 2 or not t.is_floating_point():
+            got = (tuple(t.shape), t.dtype) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(
+                f"{name} must be a floating-point tensor of shape (..., len, features), got {got}"
+            )
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise ValueError(
+            f"key and value must have query's dtype {query.dtype}, "
+            f"got key {key.dtype} and value {value.dtype}"
+        )
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"value must have as many positions as key (k_len={key.size(-2)}), "
+            f"got value of shape {tuple(value.shape)} for key of shape {tuple(key.shape)}"
+        )
+    try:
+        torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the leading (batch/head) dimensions of query {tuple(query.shape)}, "
+            f"key {tuple(key.shape)} and value {tuple(value.shape)} must broadcast"
+        ) from None
+
+
+def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Softmax over the last dimension that gives masked entries exactly zero weight.
+
+    Args:
+        scores: attention scores ``(..., q_len, k_len)``, floating point.
+        mask: bool tensor broadcastable to ``scores`` (True = may attend), already validated
+            (see :func:`check_mask`), or None.
+
+    Returns weights of the same shape as ``scores``. Rows where every key is masked get all-zero
+    weights (not NaN, not uniform): "nothing to attend to". Section 3.2.3 of the paper (masking
+    inside scaled dot-product attention); chapter 2 explains the choice. Defined in chapter 1.
+    """
+    if mask is None:
+        return scores.softmax(dim=-1)
+    # 1) the most negative finite value: exp(min - max) underflows to exactly 0, and unlike -inf
+    #    a fully masked row does not become (-inf) - (-inf) = NaN inside the softmax.
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    # 2) softmax, then 3) zero the masked entries, which turns fully masked rows into zeros
+    #    (they came out of the softmax uniform).
+    return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
+
+
+class AdditiveAttention(nn.Module):
+    """Additive (Bahdanau) attention: scores ``e_ij = vᵀ tanh(W q_i + U k_j)``.
+
+    Args:
+        query_size: features of a query (the decoder state ``s_{i-1}`` in Bahdanau et al.).
+        key_size: features of a key (an encoder state ``h_j``).
+        num_hiddens: size of the hidden layer of the scoring network.
+        dropout: dropout probability on the attention weights.
+
+    ``forward(query (batch, q_len, query_size), key (batch, k_len, key_size),
+    value (batch, k_len, d_v), mask=None) -> (output (batch, q_len, d_v),
+    weights (batch, q_len, k_len))`` with the same mask semantics as :func:`attention`.
+    The compatibility function the Transformer paper contrasts with dot-product attention
+    (Section 3.2.1); from Bahdanau et al. (2015). Defined in chapter 1.
+    """
+
+    def __init__(self, query_size: int, key_size: int, num_hiddens: int, dropout: float = 0.0):
+        super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        self.W = nn.Linear(query_size, num_hiddens, bias=False)  # W: query -> hidden
+        self.U = nn.Linear(key_size, num_hiddens, bias=False)  # U: key -> hidden
+        self.v = nn.Linear(num_hiddens, 1, bias=False)  # vᵀ: hidden -> score
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        _check_qkv(query, key, value)
+        if query.size(-1) != self.W.in_features or key.size(-1) != self.U.in_features:
+            raise ValueError(
+                f"query must have {self.W.in_features} features and key {self.U.in_features}, "
+                f"got query {tuple(query.shape)} and key {tuple(key.shape)}"
+            )
+        # 1) project both sides into the hidden space, then add every query to every key
+        q = self.W(query).unsqueeze(-2)  # (batch, q_len, 1, num_hiddens)
+        k = self.U(key).unsqueeze(-3)  # (batch, 1, k_len, num_hiddens)
+        scores = self.v(torch.tanh(q + k)).squeeze(-1)  # (batch, q_len, k_len)
+        # 2) weights over the keys, 3) weighted average of the values
+        if mask is not None:
+            mask = check_mask(mask, query.size(-2), key.size(-2), batch_shape=scores.shape[:-2])
+        weights = self.dropout(masked_softmax(scores, mask))  # (batch, q_len, k_len)
+        return weights @ value, weights  # (batch, q_len, d_v), (batch, q_len, k_len)
+
+
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout: nn.Module | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Scaled dot-product attention: ``softmax(Q Kᵀ / √d_k) V``.
+
+    Args:
+        query: ``(..., q_len, d_k)``.
+        key: ``(..., k_len, d_k)``.
+        value: ``(..., k_len, d_v)``.
+        mask: bool (or 0/1 integer) tensor broadcastable to ``(..., q_len, k_len)``, True where
+            a query may attend to a key. Masked keys get exactly zero weight; a query with no
+            key allowed gets zero weights and a zero output.
+        dropout: module applied to the attention weights (e.g. ``nn.Dropout(0.1)``), or None.
+
+    Returns:
+        ``(output, weights)``: output ``(..., q_len, d_v)`` and the weights actually used,
+        ``(..., q_len, k_len)`` (after dropout), so that ``output == weights @ value``.
+
+    "Attention Is All You Need", Section 3.2.1 (Equation 1). Defined in chapter 1.
+    """
+    _check_qkv(query, key, value)
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key must have the same d_k (last dimension), "
+            f"got query {tuple(query.shape)} and key {tuple(key.shape)}"
+        )
+    if dropout is not None and not callable(dropout):
+        raise ValueError(f"dropout must be an nn.Module (e.g. nn.Dropout) or None, got {dropout!r}")
+    d_k = query.size(-1)
+    # 1) scores: every query against every key, scaled by 1/√d_k
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., q_len, k_len)
+    # 2) weights: softmax over the keys, masked keys at exactly zero
+    if mask is not None:
+        mask = check_mask(mask, query.size(-2), key.size(-2), batch_shape=scores.shape[:-2])
+    weights = masked_softmax(scores, mask)  # (..., q_len, k_len)
+    if dropout is not None:
+        weights = dropout(weights)
+    # 3) output: the weighted average of the values
+    return weights @ value, weights  # (..., q_len, d_v), (..., q_len, k_len)

@@ -1,0 +1,325 @@
+"""5. Layers and the full model
+
+Generated from chapters/05_model.ipynb by tools/export.py: do not edit.
+Edit the chapter and run `make export`."""
+
+__all__ = [
+    "Embeddings",
+    "LayerNorm",
+    "SublayerConnection",
+    "PositionwiseFeedForward",
+    "clones",
+    "EncoderLayer",
+    "Encoder",
+    "DecoderLayer",
+    "Decoder",
+    "Generator",
+]
+
+import copy
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _is_integer_tensor(x: Tensor) -> bool:
+    return isinstance(x, Tensor) and x.dtype in (torch.int64, torch.int32)
+
+
+class Embeddings(nn.Module):
+    """Token embeddings scaled by sqrt(d_model).
+
+    Args:
+        vocab: vocabulary size (rows of the table).
+        d_model: embedding width.
+        padding_idx: optional id whose row is the zero vector and gets no gradient.
+
+    ``forward(x)``: x (batch, len) int64/int32 token ids -> (batch, len, d_model).
+    Paper section 3.4. Defined in chapter 5.
+    """
+
+    def __init__(self, vocab: int, d_model: int, padding_idx: int | None = None) -> None:
+        super().__init__()
+        if vocab < 1:
+            raise ValueError(f"vocab must be a positive vocabulary size, got {vocab}")
+        if d_model < 1:
+            raise ValueError(f"d_model must be positive, got {d_model}")
+        if padding_idx is not None and not 0 <= padding_idx < vocab:
+            raise ValueError(f"padding_idx must be in [0, vocab={vocab}), got {padding_idx}")
+        self.lut = nn.Embedding(vocab, d_model, padding_idx=padding_idx)
+        self.d_model = d_model
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not _is_integer_tensor(x):
+            got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must be a tensor of integer token ids (torch.long), got {got}")
+        return self.lut(x) * math.sqrt(self.d_model)  # (batch, len, d_model)
+
+
+class LayerNorm(nn.Module):
+    """Layer normalization over the last dimension: g * (x - mean) / sqrt(var + eps) + b.
+
+    Uses the biased variance and eps inside the square root, so it equals ``nn.LayerNorm``.
+
+    Args:
+        features: size of the last dimension (d_model).
+        eps: added to the variance for numerical stability.
+
+    ``forward(x)``: x (..., features) -> same shape. Parameters ``weight`` (gain g, ones) and
+    ``bias`` (b, zeros). Ba et al. (2016); paper section 3.1. Defined in chapter 5.
+    """
+
+    def __init__(self, features: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        if features < 1:
+            raise ValueError(f"features must be positive, got {features}")
+        if not eps > 0:
+            raise ValueError(f"eps must be positive, got {eps}")
+        self.weight = nn.Parameter(torch.ones(features))  # gain g
+        self.bias = nn.Parameter(torch.zeros(features))  # bias b
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.size(-1) != self.weight.numel():
+            raise ValueError(
+                f"x must have {self.weight.numel()} features in its last dimension, "
+                f"got shape {tuple(x.shape)}"
+            )
+        mean = x.mean(-1, keepdim=True)  # (..., 1)
+        var = x.var(-1, keepdim=True, correction=0)  # (..., 1), biased: divides by d
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.numel()}, eps={self.eps}"
+
+
+class SublayerConnection(nn.Module):
+    """A residual connection around a sublayer, with layer norm after it (paper) or before it.
+
+    post-norm (``norm_first=False``, the paper): ``norm(x + dropout(sublayer(x)))``.
+    pre-norm (``norm_first=True``, a deviation): ``x + dropout(sublayer(norm(x)))``.
+
+    Args:
+        size: d_model.
+        dropout: dropout probability applied to the sublayer's output (paper section 5.4).
+        norm_first: pre-norm if True.
+
+    ``forward(x, sublayer)``: x (batch, len, size); sublayer maps such a tensor to one of the
+    same shape. Paper section 3.1 (residual + LayerNorm). Defined in chapter 5.
+    """
+
+    def __init__(self, size: int, dropout: float, norm_first: bool = False) -> None:
+        super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.norm = LayerNorm(size)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))  # pre-norm
+        return self.norm(x + self.dropout(sublayer(x)))  # post-norm: LayerNorm(x + Sublayer(x))
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to every position separately.
+
+    Args:
+        d_model: input and output width.
+        d_ff: hidden width (2048 = 4 * 512 in the paper).
+        dropout: dropout on the hidden activations.
+        activation: "relu" (the paper) or "gelu".
+
+    ``forward(x)``: (batch, len, d_model) -> (batch, len, d_model). Paper section 3.3.
+    Defined in chapter 5.
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float = 0.1, activation: str = "relu"
+    ) -> None:
+        super().__init__()
+        if d_model < 1 or d_ff < 1:
+            raise ValueError(
+                f"d_model and d_ff must be positive, got d_model={d_model}, d_ff={d_ff}"
+            )
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.w_1 = nn.Linear(d_model, d_ff)  # W1, b1
+        self.w_2 = nn.Linear(d_ff, d_model)  # W2, b2
+        self.dropout = nn.Dropout(dropout)
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        act = F.relu if self.activation == "relu" else F.gelu
+        hidden = self.dropout(act(self.w_1(x)))  # (batch, len, d_ff)
+        return self.w_2(hidden)  # (batch, len, d_model)
+
+
+def clones(module: nn.Module, N: int) -> nn.ModuleList:
+    """N independent deep copies of ``module`` (no weight sharing), in an ``nn.ModuleList``.
+
+    Args:
+        module: the module to copy.
+        N: number of copies (>= 1).
+
+    The paper stacks N = 6 identical layers with separate weights (section 3.1). The copies start
+    equal; ``make_model`` re-initializes them. Defined in chapter 5.
+    """
+    if not isinstance(N, int) or N < 1:
+        raise ValueError(f"N must be a positive integer (number of copies), got {N!r}")
+    return nn.ModuleList([copy.deepcopy(module) for _ in range(N)])
+
+
+class EncoderLayer(nn.Module):
+    """One encoder layer: self-attention and a feed-forward network, each in a residual block.
+
+    Args:
+        size: d_model.
+        self_attn: a MultiHeadedAttention (chapter 3).
+        feed_forward: a PositionwiseFeedForward.
+        dropout: residual dropout.
+        norm_first: pre-norm blocks if True (a deviation; the paper is post-norm).
+
+    ``forward(x, mask)``: x (batch, src_len, d_model), mask bool (batch, 1, src_len) with
+    True = may attend -> (batch, src_len, d_model). Paper section 3.1. Defined in chapter 5.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        self_attn: nn.Module,
+        feed_forward: nn.Module,
+        dropout: float,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        self.self_attn = self_attn
+        self.feed_forward = feed_forward
+        self.sublayer = clones(SublayerConnection(size, dropout, norm_first), 2)
+        self.size = size
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))  # 1) self-attention
+        return self.sublayer[1](x, self.feed_forward)  # 2) feed-forward
+
+
+class Encoder(nn.Module):
+    """A stack of N encoder layers (separate weights), plus a final LayerNorm for pre-norm.
+
+    Args:
+        layer: an EncoderLayer to copy N times.
+        N: number of layers (6 in the paper).
+
+    ``forward(x, mask)``: x (batch, src_len, d_model) embedded source, mask (batch, 1, src_len)
+    -> memory (batch, src_len, d_model). Paper section 3.1. Defined in chapter 5.
+    """
+
+    def __init__(self, layer: EncoderLayer, N: int) -> None:
+        super().__init__()
+        if not isinstance(N, int) or N < 1:
+            raise ValueError(f"N must be a positive integer (number of layers), got {N!r}")
+        self.layers = clones(layer, N)
+        # post-norm layers end normalized already; a pre-norm stack needs one last norm
+        self.norm = LayerNorm(layer.size) if layer.norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)  # (batch, src_len, d_model)
+        return self.norm(x)
+
+
+class DecoderLayer(nn.Module):
+    """One decoder layer: masked self-attention, encoder-decoder attention, feed-forward.
+
+    Args:
+        size: d_model.
+        self_attn: MultiHeadedAttention over the target prefix (causal mask).
+        src_attn: MultiHeadedAttention from the target to the memory (encoder output).
+        feed_forward: a PositionwiseFeedForward.
+        dropout: residual dropout.
+        norm_first: pre-norm blocks if True (a deviation; the paper is post-norm).
+
+    ``forward(x, memory, src_mask, tgt_mask)``: x (batch, tgt_len, d_model), memory
+    (batch, src_len, d_model), src_mask (batch, 1, src_len), tgt_mask (batch | 1, tgt_len,
+    tgt_len) -> (batch, tgt_len, d_model). Paper section 3.1. Defined in chapter 5.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        self_attn: nn.Module,
+        src_attn: nn.Module,
+        feed_forward: nn.Module,
+        dropout: float,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        self.self_attn = self_attn
+        self.src_attn = src_attn
+        self.feed_forward = feed_forward
+        self.sublayer = clones(SublayerConnection(size, dropout, norm_first), 3)
+        self.size = size
+        self.norm_first = norm_first
+
+    def forward(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+    ) -> Tensor:
+        m = memory
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))  # 1) masked self-attn
+        x = self.sublayer[1](x, lambda y: self.src_attn(y, m, m, src_mask))  # 2) attend to memory
+        return self.sublayer[2](x, self.feed_forward)  # 3) feed-forward
+
+
+class Decoder(nn.Module):
+    """A stack of N decoder layers (separate weights), plus a final LayerNorm for pre-norm.
+
+    Args:
+        layer: a DecoderLayer to copy N times.
+        N: number of layers (6 in the paper).
+
+    ``forward(x, memory, src_mask, tgt_mask)``: x (batch, tgt_len, d_model) embedded target
+    prefix; every layer attends to the same memory -> (batch, tgt_len, d_model).
+    Paper section 3.1. Defined in chapter 5.
+    """
+
+    def __init__(self, layer: DecoderLayer, N: int) -> None:
+        super().__init__()
+        if not isinstance(N, int) or N < 1:
+            raise ValueError(f"N must be a positive integer (number of layers), got {N!r}")
+        self.layers = clones(layer, N)
+        self.norm = LayerNorm(layer.size) if layer.norm_first else nn.Identity()
+
+    def forward(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+    ) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)  # (batch, tgt_len, d_model)
+        return self.norm(x)
+
+
+class Generator(nn.Module):
+    """The output layer: a linear map to vocabulary logits, then log-softmax.
+
+    Args:
+        d_model: input width.
+        vocab: target vocabulary size.
+
+    ``forward(x)``: (batch, len, d_model) -> log-probabilities (batch, len, vocab).
+    Paper section 3.4. Defined in chapter 5.
+    """
+
+    def __init__(self, d_model: int, vocab: int) -> None:
+        super().__init__()
+        if vocab < 1:
+            raise ValueError(f"vocab must be a positive vocabulary size, got {vocab}")
+        self.proj = nn.Linear(d_model, vocab)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(self.proj(x), dim=-1)  # (batch, len, vocab)

@@ -1,0 +1,213 @@
+"""5. Layers and the full model
+
+Generated from chapters/05_model.ipynb by tools/export.py: do not edit.
+Edit the chapter and run `make export`."""
+
+__all__ = ["EncoderDecoder", "make_model", "count_parameters"]
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lib.layers import (
+    Decoder,
+    DecoderLayer,
+    Embeddings,
+    Encoder,
+    EncoderLayer,
+    Generator,
+    PositionwiseFeedForward,
+)
+from transformer_lib.multihead import MultiHeadedAttention
+from transformer_lib.positional import LearnedPositionalEmbedding, PositionalEncoding
+
+
+def _check_tokens(name: str, tokens: Tensor) -> None:
+    if not isinstance(tokens, Tensor) or tokens.dtype not in (torch.int64, torch.int32):
+        dtype = getattr(tokens, "dtype", type(tokens).__name__)
+        raise ValueError(f"{name} must be integer token ids (torch.long), got {dtype}")
+    if tokens.dim() != 2:
+        raise ValueError(f"{name} must have shape (batch, len), got {tuple(tokens.shape)}")
+
+
+def _check_mask(name: str, mask: Tensor | None, batch: int) -> None:
+    if mask is None:
+        return
+    if not isinstance(mask, Tensor) or mask.dtype.is_floating_point or mask.dtype.is_complex:
+        dtype = getattr(mask, "dtype", type(mask).__name__)
+        raise ValueError(f"{name} must be a bool tensor (True = may attend), got {dtype}")
+    if mask.dim() < 3 or mask.size(0) not in (1, batch):
+        raise ValueError(
+            f"{name} must have shape (batch={batch} or 1, q_len or 1, k_len), "
+            f"got {tuple(mask.shape)}"
+        )
+
+
+class EncoderDecoder(nn.Module):
+    """The Transformer: embeddings, an encoder stack, a decoder stack and the output layer.
+
+    Args:
+        encoder: an Encoder.
+        decoder: a Decoder.
+        src_embed: ``nn.Sequential(Embeddings, PositionalEncoding or LearnedPositionalEmbedding)``.
+        tgt_embed: the same for the target.
+        generator: a Generator (applied by the loss and by decoding, not by ``forward``).
+
+    ``forward(src, tgt, src_mask, tgt_mask)``: src (batch, src_len) and tgt (batch, tgt_len)
+    token ids; src_mask bool (batch, 1, src_len); tgt_mask bool (batch | 1, tgt_len, tgt_len)
+    -> decoder output (batch, tgt_len, d_model). A mask of None means "attend everywhere"
+    (never pass None as tgt_mask when training). Paper section 3, Figure 1. Defined in chapter 5.
+    """
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        decoder: nn.Module,
+        src_embed: nn.Module,
+        tgt_embed: nn.Module,
+        generator: nn.Module,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.src_embed = src_embed
+        self.tgt_embed = tgt_embed
+        self.generator = generator
+
+    def forward(
+        self, src: Tensor, tgt: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+    ) -> Tensor:
+        _check_tokens("src", src)
+        _check_tokens("tgt", tgt)
+        if tgt.size(0) != src.size(0):
+            raise ValueError(
+                f"tgt must have the same batch size as src ({src.size(0)}), got {tgt.size(0)}"
+            )
+        return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
+        """Source ids (batch, src_len) -> memory (batch, src_len, d_model)."""
+        _check_tokens("src", src)
+        _check_mask("src_mask", src_mask, src.size(0))
+        return self.encoder(self.src_embed(src), src_mask)
+
+    def decode(
+        self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor, tgt_mask: Tensor | None
+    ) -> Tensor:
+        """Target ids (batch, tgt_len) and memory -> decoder output (batch, tgt_len, d_model)."""
+        _check_tokens("tgt", tgt)
+        if tgt.size(0) != memory.size(0):
+            raise ValueError(
+                f"tgt must have the same batch size as memory ({memory.size(0)}), got {tgt.size(0)}"
+            )
+        _check_mask("src_mask", src_mask, tgt.size(0))
+        _check_mask("tgt_mask", tgt_mask, tgt.size(0))
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
+
+
+def _init_weights(model: nn.Module, pad_idx: int | None) -> None:
+    """Xavier-uniform init of every weight matrix; fused Q/K/V blocks one by one."""
+    done: set[int] = set()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, MultiHeadedAttention):
+                for block in module.in_proj.weight.chunk(3, dim=0):  # W^Q, W^K, W^V
+                    nn.init.xavier_uniform_(block)
+                done.add(id(module.in_proj.weight))
+        for p in model.parameters():  # unique tensors: a tied matrix is initialized once
+            if p.dim() > 1 and id(p) not in done:
+                nn.init.xavier_uniform_(p)
+        if pad_idx is not None:
+            for embed in (model.src_embed[0], model.tgt_embed[0]):
+                embed.lut.weight[pad_idx].zero_()
+
+
+def make_model(
+    src_vocab: int,
+    tgt_vocab: int,
+    N: int = 6,
+    d_model: int = 512,
+    d_ff: int = 2048,
+    h: int = 8,
+    dropout: float = 0.1,
+    *,
+    norm_first: bool = False,
+    share_embeddings: bool = False,
+    positional: str = "sinusoidal",
+    max_len: int = 5000,
+    pad_idx: int | None = None,
+    activation: str = "relu",
+) -> EncoderDecoder:
+    """Build an encoder-decoder Transformer with Xavier-initialized weights.
+
+    Args:
+        src_vocab, tgt_vocab: vocabulary sizes.
+        N: layers per stack (6). d_model: model width (512). d_ff: FFN width (2048).
+        h: attention heads (8); must divide d_model. dropout: in [0, 1) (0.1).
+        norm_first: pre-norm residual blocks (a deviation; default post-norm, the paper).
+        share_embeddings: tie source embedding, target embedding and output projection
+            (one tensor; needs src_vocab == tgt_vocab), paper section 3.4.
+        positional: "sinusoidal" (paper) or "learned". max_len: longest position table.
+        pad_idx: padding id (zero embedding row), or None.
+        activation: "relu" (paper) or "gelu".
+
+    Returns an EncoderDecoder; ``model.generator`` maps its output to log-probabilities.
+    Paper section 3, Table 3 (base model). Defined in chapter 5.
+    """
+    for name, value in (
+        ("src_vocab", src_vocab),
+        ("tgt_vocab", tgt_vocab),
+        ("N", N),
+        ("d_model", d_model),
+        ("d_ff", d_ff),
+        ("h", h),
+        ("max_len", max_len),
+    ):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if d_model % h != 0:
+        raise ValueError(f"d_model must be divisible by h, got d_model={d_model}, h={h}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if positional not in ("sinusoidal", "learned"):
+        raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
+    if share_embeddings and src_vocab != tgt_vocab:
+        raise ValueError(
+            "share_embeddings=True needs one shared vocabulary: src_vocab must equal tgt_vocab, "
+            f"got src_vocab={src_vocab}, tgt_vocab={tgt_vocab}"
+        )
+    if pad_idx is not None and not 0 <= pad_idx < min(src_vocab, tgt_vocab):
+        raise ValueError(
+            f"pad_idx must be in [0, {min(src_vocab, tgt_vocab)}) (a valid id in both "
+            f"vocabularies), got {pad_idx}"
+        )
+    c = copy.deepcopy
+    attn = MultiHeadedAttention(h, d_model, dropout)
+    ff = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+    if positional == "sinusoidal":
+        position: nn.Module = PositionalEncoding(d_model, dropout, max_len)
+    else:
+        position = LearnedPositionalEmbedding(d_model, dropout, max_len)
+    model = EncoderDecoder(
+        Encoder(EncoderLayer(d_model, c(attn), c(ff), dropout, norm_first), N),
+        Decoder(DecoderLayer(d_model, c(attn), c(attn), c(ff), dropout, norm_first), N),
+        nn.Sequential(Embeddings(src_vocab, d_model, pad_idx), c(position)),
+        nn.Sequential(Embeddings(tgt_vocab, d_model, pad_idx), c(position)),
+        Generator(d_model, tgt_vocab),
+    )
+    if share_embeddings:  # one (vocab, d_model) tensor in three places
+        shared = model.tgt_embed[0].lut.weight
+        model.src_embed[0].lut.weight = shared
+        model.generator.proj.weight = shared
+    _init_weights(model, pad_idx)
+    return model
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of parameters, each tensor counted once (a tied matrix counts once).
+
+    ``model.parameters()`` already yields a shared tensor only once; buffers (such as the
+    sinusoidal position table) are not parameters. Defined in chapter 5.
+    """
+    return sum(p.numel() for p in model.parameters())

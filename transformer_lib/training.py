@@ -1,0 +1,387 @@
+"""6. Training
+
+Generated from chapters/06_training.ipynb by tools/export.py: do not edit.
+Edit the chapter and run `make export`."""
+
+__all__ = [
+    "Batch",
+    "LabelSmoothing",
+    "rate",
+    "SimpleLossCompute",
+    "TrainState",
+    "run_epoch",
+    "copy_task_batches",
+]
+
+import itertools
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from transformer_lib.masks import padding_mask, subsequent_mask
+
+
+def _check_tokens(name: str, tokens: Tensor) -> None:
+    """Raise ValueError unless `tokens` is a (batch, len) tensor of integer token ids."""
+    if not isinstance(tokens, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(
+            f"{name} must hold integer token ids (e.g. torch.long), got {tokens.dtype}"
+        )
+    if tokens.dim() != 2:
+        raise ValueError(f"{name} must have shape (batch, len), got shape {tuple(tokens.shape)}")
+
+
+class Batch:
+    """A batch of token ids with its masks, ready for teacher-forced training.
+
+    Args:
+        src: (batch, S) source token ids.
+        tgt: (batch, T) target token ids starting with the start symbol, or None (inference).
+        pad: the padding token id.
+
+    Attributes:
+        src_mask: (batch, 1, S) bool, True where the source token is not padding.
+        tgt: (batch, T-1) decoder input: the target without its last token (shifted right).
+        tgt_y: (batch, T-1) what the decoder must predict: the target without its first token.
+        tgt_mask: (batch, T-1, T-1) bool, True where query i may attend to key j: j <= i and
+            token j is not padding.
+        ntokens: number of non-padding tokens in ``tgt_y`` (what the loss is averaged over).
+
+    Batching of section 5.1; decoder input of section 3.1 (teacher forcing). Defined in chapter 6.
+    """
+
+    def __init__(self, src: Tensor, tgt: Tensor | None = None, pad: int = 2) -> None:
+        _check_tokens("src", src)
+        self.pad = pad
+        self.src = src  # (batch, S)
+        self.src_mask = padding_mask(src, pad)  # (batch, 1, S)
+        self.tgt: Tensor | None = None
+        self.tgt_y: Tensor | None = None
+        self.tgt_mask: Tensor | None = None
+        self.ntokens = 0
+        if tgt is None:
+            return
+        _check_tokens("tgt", tgt)
+        if tgt.size(0) != src.size(0):
+            raise ValueError(
+                f"tgt must have the same batch size as src ({src.size(0)}), got {tgt.size(0)}"
+            )
+        if tgt.size(1) < 2:
+            raise ValueError(
+                "tgt must have length >= 2 (a start symbol and at least one token to predict), "
+                f"got length {tgt.size(1)}"
+            )
+        self.tgt = tgt[:, :-1]  # (batch, T-1) decoder input: <s> y1 ... y_{T-2}
+        self.tgt_y = tgt[:, 1:]  # (batch, T-1) expected output: y1 ... y_{T-1}
+        self.tgt_mask = self.make_std_mask(self.tgt, pad)  # (batch, T-1, T-1)
+        self.ntokens = int((self.tgt_y != pad).sum())
+
+    @staticmethod
+    def make_std_mask(tgt: Tensor, pad: int) -> Tensor:
+        """(batch, T, T) bool mask: each query sees non-padding keys at or before its position."""
+        keep = padding_mask(tgt, pad)  # (batch, 1, T): key is not padding
+        return keep & subsequent_mask(tgt.size(-1), device=tgt.device)  # (batch, T, T)
+
+    def to(self, device: torch.device | str) -> "Batch":
+        """Return a copy of the batch with every tensor moved to `device`."""
+        out = Batch.__new__(Batch)
+        for name, value in vars(self).items():
+            setattr(out, name, value.to(device) if isinstance(value, Tensor) else value)
+        return out
+
+    def __repr__(self) -> str:
+        tgt = None if self.tgt is None else tuple(self.tgt.shape)
+        return f"Batch(src={tuple(self.src.shape)}, tgt={tgt}, ntokens={self.ntokens})"
+
+
+class LabelSmoothing(nn.Module):
+    """KL divergence between a label-smoothed target distribution and the model's prediction.
+
+    The target distribution puts 1 - smoothing on the true class, smoothing / (size - 2) on each
+    other class except padding, 0 on the padding class, and is all zero for rows whose target is
+    padding (they do not count). Terms with target probability 0 contribute exactly 0, even
+    where the prediction is an exact zero (log-probability -inf), so there is no NaN.
+
+    Args:
+        size: vocabulary size V (number of classes).
+        padding_idx: the padding token id, never a target class.
+        smoothing: epsilon_ls in [0, 1) (0.1 in the paper; 0 gives the one-hot NLL loss).
+
+    ``forward(x, target)``: x (N, size) log-probabilities, target (N,) class ids -> summed KL
+    divergence, a scalar. The last target distribution is kept in ``self.true_dist`` (N, size).
+    Label smoothing of section 5.4 (Szegedy et al., 2016). Defined in chapter 6.
+    """
+
+    def __init__(self, size: int, padding_idx: int, smoothing: float = 0.0) -> None:
+        super().__init__()
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+        if size < 2 or (smoothing > 0 and size < 3):
+            raise ValueError(
+                "size must be >= 2, and >= 3 when smoothing > 0 (padding, the true class and "
+                f"at least one class to spread the smoothing mass over), got {size}"
+            )
+        if not 0 <= padding_idx < size:
+            raise ValueError(f"padding_idx must be in [0, size={size}), got {padding_idx}")
+        self.size = size
+        self.padding_idx = padding_idx
+        self.smoothing = smoothing
+        self.confidence = 1.0 - smoothing
+        self.true_dist: Tensor | None = None
+
+    def target_distribution(self, target: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """(N, size) smoothed target distribution for (N,) class ids."""
+        spread = self.smoothing / (self.size - 2) if self.smoothing > 0 else 0.0
+        dist = torch.full((target.size(0), self.size), spread, dtype=dtype, device=target.device)
+        dist.scatter_(1, target.unsqueeze(1), self.confidence)  # 1 - eps on the true class
+        dist[:, self.padding_idx] = 0  # padding is never a right answer
+        return dist.masked_fill((target == self.padding_idx).unsqueeze(1), 0.0)  # pad rows: 0
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        """Summed KL(true_dist || exp(x)) over all rows (a scalar)."""
+        if x.dim() != 2 or x.size(1) != self.size:
+            raise ValueError(
+                f"x must be (N, size={self.size}) log-probabilities, got shape {tuple(x.shape)}"
+            )
+        if target.dim() != 1 or target.size(0) != x.size(0):
+            raise ValueError(
+                f"target must have shape (N,) = ({x.size(0)},) to match x, "
+                f"got shape {tuple(target.shape)}"
+            )
+        if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
+            raise ValueError(f"target must hold integer class ids, got {target.dtype}")
+        if target.numel() and not 0 <= int(target.min()) <= int(target.max()) < self.size:
+            raise ValueError(
+                f"target ids must be in [0, size={self.size}), got values in "
+                f"[{int(target.min())}, {int(target.max())}]"
+            )
+        p = self.target_distribution(target, x.dtype)  # (N, size)
+        self.true_dist = p
+        log_q = x.masked_fill(p == 0, 0.0)  # 0 * log q := 0, also where log q = -inf
+        return (torch.xlogy(p, p) - p * log_q).sum()  # sum p log p - sum p log q
+
+
+def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
+    """Learning rate of the paper's schedule: linear warm-up, then inverse-square-root decay.
+
+    lrate = factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5). Step 0 counts as
+    step 1, since ``LambdaLR`` asks for the rate of step 0 before the first update.
+
+    Args:
+        step: number of optimizer updates done so far (>= 0).
+        model_size: d_model (>= 1).
+        factor: overall scale (>= 0; 1.0 in the paper).
+        warmup: number of warm-up steps (>= 1; 4000 in the paper). The peak is at step = warmup.
+
+    Use as ``LambdaLR(optimizer, lambda s: rate(s, d_model, factor, warmup))`` with base lr 1.0.
+    Equation (3) of section 5.3. Defined in chapter 6.
+    """
+    if warmup < 1:
+        raise ValueError(f"warmup must be >= 1 step, got {warmup}")
+    if model_size < 1:
+        raise ValueError(f"model_size (d_model) must be >= 1, got {model_size}")
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    if factor < 0:
+        raise ValueError(f"factor must be >= 0, got {factor}")
+    step = max(step, 1)
+    return factor * model_size**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+class SimpleLossCompute:
+    """Apply the generator to decoder states and score the log-probabilities with `criterion`.
+
+    Args:
+        generator: maps (batch, T, d_model) decoder states to (batch, T, vocab) log-probabilities.
+        criterion: maps ((N, vocab) log-probabilities, (N,) targets) to a summed loss.
+
+    ``__call__(x, y, norm)``: x (batch, T, d_model) decoder states, y (batch, T) target ids,
+    norm the number of tokens to average over. Returns (summed loss, detached, for logging;
+    loss / norm, to back-propagate). An all-padding batch has norm 0 and loss 0: it is divided
+    by 1 instead, giving a zero loss and zero gradient rather than NaN.
+    Part of the training procedure of section 5. Defined in chapter 6.
+    """
+
+    def __init__(self, generator: Callable[[Tensor], Tensor], criterion: nn.Module) -> None:
+        self.generator = generator
+        self.criterion = criterion
+
+    def __call__(self, x: Tensor, y: Tensor, norm: float) -> tuple[Tensor, Tensor]:
+        if norm < 0:
+            raise ValueError(f"norm must be >= 0 (a token count), got {norm}")
+        logp = self.generator(x)  # (batch, T, vocab)
+        loss = self.criterion(logp.reshape(-1, logp.size(-1)), y.reshape(-1))  # summed
+        return loss.detach(), loss / max(norm, 1)
+
+
+@dataclass
+class TrainState:
+    """Counters of a training run, carried from epoch to epoch.
+
+    Attributes:
+        step: optimizer updates (what the learning-rate schedule counts).
+        accum_step: batches back-propagated (step * accum_iter, plus any shorter last group).
+        samples: sequences (sentence pairs) trained on.
+        tokens: non-padding target tokens trained on.
+
+    Defined in chapter 6.
+    """
+
+    step: int = 0
+    accum_step: int = 0
+    samples: int = 0
+    tokens: int = 0
+
+
+def run_epoch(
+    data_iter: Iterable[Batch],
+    model: nn.Module,
+    loss_compute: Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor]],
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    mode: str = "train",
+    accum_iter: int = 1,
+    train_state: TrainState | None = None,
+    max_grad_norm: float | None = None,
+    progress: bool = True,
+    desc: str | None = None,
+) -> tuple[float, TrainState]:
+    """Run the model over every batch once; in "train" mode also update it.
+
+    Args:
+        data_iter: `Batch` objects with targets, on the model's device.
+        model: forward(src, tgt, src_mask, tgt_mask) -> (batch, T, d_model) decoder states.
+        loss_compute: e.g. ``SimpleLossCompute(model.generator, criterion)``.
+        optimizer: required in "train" mode. scheduler: optional, stepped after each update.
+        mode: "train" (dropout on, gradients, updates) or "eval" (dropout off, no_grad).
+        accum_iter: batches per optimizer update. Each group's losses are divided by the
+            group's total token count, so an update equals one step on the concatenated
+            batches; a shorter last group is applied too.
+        train_state: counters to continue (a new `TrainState` if None); updated in "train".
+        max_grad_norm: clip the global L2 norm of the gradients to this before each update
+            (None: no clipping, as in the paper).
+        progress: show a tqdm bar on stderr with the running loss, tok/s and learning rate.
+        desc: label of the progress bar (default: the mode).
+
+    Returns:
+        (loss per non-padding target token over the epoch, the train state).
+    The training procedure of section 5. Defined in chapter 6.
+    """
+    if mode not in ("train", "eval"):
+        raise ValueError(f'mode must be "train" or "eval", got {mode!r}')
+    if not isinstance(accum_iter, int) or accum_iter < 1:
+        raise ValueError(f"accum_iter must be an int >= 1, got {accum_iter!r}")
+    if max_grad_norm is not None and not max_grad_norm > 0:
+        raise ValueError(f"max_grad_norm must be > 0 or None, got {max_grad_norm}")
+    train = mode == "train"
+    if train and optimizer is None:
+        raise ValueError('optimizer is required when mode="train"')
+    state = train_state if train_state is not None else TrainState()
+    model.train(train)  # dropout on for training, off for evaluation
+    total = len(data_iter) if hasattr(data_iter, "__len__") else None
+    bar = tqdm(data_iter, total=total, desc=desc or mode, file=sys.stderr, disable=not progress)
+    total_loss, total_tokens, start = 0.0, 0, time.perf_counter()
+    with torch.set_grad_enabled(train):
+        for group in _groups(bar, accum_iter if train else 1):
+            norm = sum(b.ntokens for b in group)  # tokens of the whole update
+            for b in group:
+                out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (batch, T, d_model)
+                loss, loss_node = loss_compute(out, b.tgt_y, norm)
+                if train:
+                    loss_node.backward()  # gradients add up over the group
+                    state.accum_step += 1
+                    state.samples += b.src.size(0)
+                    state.tokens += b.ntokens
+                total_loss += float(loss)
+                total_tokens += b.ntokens
+            if train:
+                _update(model, optimizer, scheduler, max_grad_norm)
+                state.step += 1
+            if progress:
+                _show(bar, total_loss, total_tokens, start, optimizer if train else None)
+    bar.close()
+    return total_loss / max(total_tokens, 1), state
+
+
+def _groups(batches: Iterable[Batch], size: int) -> Iterator[list[Batch]]:
+    """Consecutive lists of `size` batches (the last list may be shorter)."""
+    it = iter(batches)
+    while group := list(itertools.islice(it, size)):
+        yield group
+
+
+def _update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    max_grad_norm: float | None,
+) -> None:
+    """Clip (optionally), take one optimizer step, clear the gradients, advance the schedule."""
+    if max_grad_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if scheduler is not None:
+        scheduler.step()
+
+
+def _show(
+    bar: tqdm,
+    total_loss: float,
+    total_tokens: int,
+    start: float,
+    optimizer: torch.optim.Optimizer | None,
+) -> None:
+    """Put the running loss per token, tokens per second and learning rate on the bar."""
+    info = {"loss": f"{total_loss / max(total_tokens, 1):.3f}"}
+    info["tok/s"] = f"{total_tokens / max(time.perf_counter() - start, 1e-9):.0f}"
+    if optimizer is not None:
+        info["lr"] = f"{optimizer.param_groups[0]['lr']:.1e}"
+    bar.set_postfix(info, refresh=False)
+
+
+def copy_task_batches(
+    vocab: int,
+    batch_size: int,
+    n_batches: int,
+    seq_len: int = 10,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> Iterator[Batch]:
+    """Random batches for the copy task, whose target is its source.
+
+    Each sequence is the start symbol 1 followed by seq_len - 1 tokens drawn uniformly from
+    {2, ..., vocab - 1}; id 0 is reserved for padding (never produced).
+
+    Args:
+        vocab: vocabulary size (>= 3).
+        batch_size: sequences per batch (>= 1). n_batches: number of batches (>= 0).
+        seq_len: length of each sequence including the start symbol (>= 2).
+        generator: a seeded CPU ``torch.Generator`` for reproducible data.
+        device: where the batches are put (default: the CPU).
+
+    Yields:
+        ``Batch(src, src, pad=0)`` with src (batch_size, seq_len).
+    The toy task of the Annotated Transformer (Rush, 2018). Defined in chapter 6.
+    """
+    if vocab < 3:
+        raise ValueError(f"vocab must be >= 3 (padding 0, start 1, a token), got {vocab}")
+    if batch_size < 1 or n_batches < 0:
+        raise ValueError(
+            f"batch_size must be >= 1 and n_batches >= 0, got {batch_size} and {n_batches}"
+        )
+    if seq_len < 2:
+        raise ValueError(f"seq_len must be >= 2 (start symbol + one token), got {seq_len}")
+    for _ in range(n_batches):
+        data = torch.randint(2, vocab, (batch_size, seq_len), generator=generator)
+        data[:, 0] = 1  # start symbol
+        batch = Batch(data, data.clone(), pad=0)  # masks built on the CPU, then moved
+        yield batch if device is None else batch.to(device)
