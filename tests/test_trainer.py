@@ -73,8 +73,7 @@ def test_resume_after_an_interruption_gives_the_same_weights(tmp_path):
 
 def test_resume_without_a_checkpoint_starts_fresh(tmp_path):
     cfg = trainer.load_config(TINY, **OVERRIDES)
-    out = trainer.train(cfg.__class__(**{**cfg.__dict__, "epochs": 1}), tmp_path, resume=True,
-                        progress=False)
+    out = trainer.train(dataclasses.replace(cfg, epochs=1), tmp_path, resume=True, progress=False)
     assert out["steps"] > 0 and (tmp_path / "last").is_dir()
 
 
@@ -86,12 +85,12 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     assert trainer.load_config(config) == cfg and cfg.accum == 1 and cfg.dropout == 0
     single = trainer.train(trainer.load_config(config, accum=2), tmp_path / "single",
                            progress=False)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    # One thread per process (2 cores); gloo talks over the loopback interface only.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "GLOO_SOCKET_IFNAME": "lo"}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-         "--master_addr=127.0.0.1", "--master_port=0",
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "transformer_lib", "train", "--config", str(config),
-         "--run", str(tmp_path / "ddp"), "--no-progress"],
+         "--run-dir", str(tmp_path / "ddp"), "--no-progress"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

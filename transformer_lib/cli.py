@@ -1,8 +1,10 @@
 """Command line: `python -m transformer_lib {train,evaluate,translate}`.
 
-    python -m transformer_lib train --config configs/multi30k_small.toml --run runs/small
-    python -m transformer_lib train --config configs/multi30k_small.toml --run runs/small --resume
-    torchrun --nproc_per_node=2 -m transformer_lib train --config configs/tiny.toml --run runs/ddp
+    python -m transformer_lib train --config configs/multi30k_small.toml --run-dir runs/small
+    python -m transformer_lib train --config configs/multi30k_small.toml --run-dir runs/small \
+        --resume
+    torchrun --nproc_per_node=2 -m transformer_lib train --config configs/tiny.toml \
+        --run-dir runs/ddp
     python -m transformer_lib evaluate --checkpoint runs/small/averaged --split test --beam 4
     echo "Ein Hund rennt im Schnee." | \
         python -m transformer_lib translate --checkpoint runs/small/best
@@ -26,7 +28,12 @@ def _parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a translation model on Multi30k")
     t.add_argument("--config", required=True, help="TOML file (see configs/)")
-    t.add_argument("--run", required=True, help="directory for checkpoints, tokenizer and metrics")
+    # --run is a short alias; under torchrun write --run-dir (torchrun's own parser would read
+    # --run as an ambiguous abbreviation of its --run-path option).
+    t.add_argument(
+        "--run-dir", "--run", dest="run", required=True,
+        help="directory for checkpoints, tokenizer and metrics",
+    )
     t.add_argument("--resume", action="store_true", help="continue from RUN/last")
     t.add_argument("--data-dir", help="Multi30k directory (default: see transformer_lib.data)")
     t.add_argument("--epochs", type=int, help="override the config's epochs")

@@ -51,7 +51,9 @@ from transformer_lib.data import (
     train_tokenizer,
 )
 from transformer_lib.decoding import beam_search, greedy_decode
+from transformer_lib.masks import subsequent_mask
 from transformer_lib.model import make_model
+from transformer_lib.multihead import MultiHeadedAttention
 from transformer_lib.training import Batch, LabelSmoothing, rate
 
 __all__ = [
@@ -62,6 +64,9 @@ __all__ = [
     "translate",
     "load_model",
     "bleu",
+    "bleu_signature",
+    "translate_sentences",
+    "attention_maps",
 ]
 
 
@@ -480,16 +485,26 @@ def translate_pairs(model, tok, pairs, cfg, device, beam_size=1) -> list[str]:
 
 
 def bleu(hypotheses: Sequence[str], pairs: Sequence[tuple[str, str]]):
-    """Corpus sacreBLEU (13a tokenization, cased) of hypotheses against the pairs' targets."""
+    """Corpus sacreBLEU (13a tokenization, cased) of hypotheses against the pairs' targets.
+
+    Returns sacrebleu's ``BLEUScore``; ``bleu_signature()`` names the settings it used.
+    """
     import sacrebleu
 
-    return sacrebleu.corpus_bleu(list(hypotheses), [[t for _, t in pairs]])
+    return sacrebleu.BLEU().corpus_score(list(hypotheses), [[t for _, t in pairs]])
 
 
 def bleu_signature() -> str:
+    """sacreBLEU's signature of ``bleu()``'s settings (one reference, 13a, cased, exp smoothing).
+
+    sacrebleu only knows the number of references after scoring, so the signature is read off
+    a metric with the same settings that has scored one sentence.
+    """
     import sacrebleu
 
-    return str(sacrebleu.BLEU().get_signature())
+    metric = sacrebleu.BLEU()
+    metric.corpus_score(["a"], [["a"]])
+    return str(metric.get_signature())
 
 
 def load_model(path: str | Path, device: torch.device | None = None):
@@ -504,6 +519,62 @@ def load_model(path: str | Path, device: torch.device | None = None):
     model = make_model(**cfg.model_kwargs(tok.get_vocab_size()))
     load_checkpoint(path, model, map_location=device)
     return model.to(device).eval(), tok, cfg
+
+
+def _rounded(x: Any, digits: int = 4) -> Any:
+    """Round every float of a nested list (attention maps stored as JSON stay small)."""
+    return [_rounded(v, digits) for v in x] if isinstance(x, list) else round(x, digits)
+
+
+def _labels(tok: Any, ids: list[int]) -> list[str]:
+    """Readable labels of token ids, as ``data.pieces`` shows them (``▁`` starts a word)."""
+    from tokenizers import decoders
+
+    byte_level = decoders.ByteLevel()
+    special = {PAD: "<pad>", BOS: "<s>", EOS: "</s>"}
+    return [
+        special.get(i) or byte_level.decode([tok.id_to_token(i)]).replace(" ", "▁") for i in ids
+    ]
+
+
+@torch.no_grad()
+def attention_maps(model: nn.Module, tok: Any, sentence: str, cfg: Config) -> dict[str, Any]:
+    """Translate `sentence` greedily, then record every attention map of a teacher-forced pass.
+
+    Returns ``source``, ``translation``, the token labels ``source_tokens`` (ids + ``</s>``) and
+    ``target_tokens`` (``<s>`` + output), and ``maps``: for ``"encoder"`` (source x source),
+    ``"decoder"`` (target x target) and ``"cross"`` (target x source) a nested list
+    ``[layer][head][query][key]`` of weights rounded to 4 decimals. Used by chapter 8's figures.
+    """
+    device = next(model.parameters()).device
+    src_ids = encode(tok, sentence)  # ids + EOS
+    src = torch.tensor([src_ids], device=device)
+    src_mask = (src != PAD).unsqueeze(-2)
+    max_len = int(cfg.max_len_a * len(src_ids) + cfg.max_len_b)
+    out = greedy_decode(model, src, src_mask, max_len, BOS, EOS)[0].tolist()
+    if EOS in out:
+        out = out[: out.index(EOS) + 1]
+    tgt = torch.tensor([out[:-1] if out[-1] == EOS else out], device=device)  # decoder input
+    mhas = [m for m in model.modules() if isinstance(m, MultiHeadedAttention)]
+    for m in mhas:
+        m.store_attention = True
+    try:
+        model(src, tgt, src_mask, subsequent_mask(tgt.size(1), device=device))
+        maps = {
+            "encoder": [layer.self_attn.attn[0].tolist() for layer in model.encoder.layers],
+            "decoder": [layer.self_attn.attn[0].tolist() for layer in model.decoder.layers],
+            "cross": [layer.src_attn.attn[0].tolist() for layer in model.decoder.layers],
+        }
+    finally:
+        for m in mhas:
+            m.store_attention, m.attn = False, None
+    return {
+        "source": sentence,
+        "source_tokens": _labels(tok, src_ids),
+        "target_tokens": _labels(tok, tgt[0].tolist()),
+        "translation": tok.decode(out, skip_special_tokens=True),
+        "maps": {k: _rounded(v) for k, v in maps.items()},  # [layer][head][query][key]
+    }
 
 
 def evaluate(

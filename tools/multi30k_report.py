@@ -1,0 +1,136 @@
+"""Evaluate a finished Multi30k run and write the results file chapter 8 reads.
+
+    python tools/multi30k_report.py --run runs/multi30k_small --out results/multi30k.json \
+        --command "python -m transformer_lib train --config configs/multi30k_small.toml ..." \
+        --commit <the commit the run was trained from>
+
+For the best (by validation BLEU), the averaged and the last checkpoint it computes sacreBLEU on
+test_2016_flickr with greedy decoding and with beam search; the reported result is the one
+system named by --system (fixed in advance: averaged + beam). It stores: the scores and the
+signature, the per-epoch history, the config, the parameter count, the wall time, ten test
+translations beside their references, the worst-scored short sentences (for the chapter's
+discussion of failures), and every attention map (all layers and heads of encoder
+self-attention, decoder self-attention and decoder-source attention) for a few test sentences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from transformer_lib import trainer
+from transformer_lib.data import encode, load_multi30k
+from transformer_lib.model import count_parameters
+
+# Attention maps are stored for the first test sentences of 7-11 subwords: long enough to show
+# reordering, short enough that every layer's and head's map stays readable in the book.
+ATTENTION_SENTENCES = 3
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--command", required=True, help="the exact training command")
+    ap.add_argument("--commit", required=True, help="the commit the run was trained from")
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument(
+        "--system", default="averaged",
+        help="the checkpoint whose beam-search score is THE result, fixed before looking at test "
+        "scores (choosing the best test score would tune on the test set)",
+    )
+    ap.add_argument(
+        "--wall-minutes", type=float,
+        help="wall time of the whole training command (data, tokenizer, training, averaging)",
+    )
+    ap.add_argument("--limit", type=int, help="only the first n test sentences (smoke tests)")
+    args = ap.parse_args()
+
+    history = json.loads((args.run / "history.json").read_text())
+    import sacrebleu
+
+    pairs = load_multi30k("test")[: args.limit]
+    scores, hyps_by = {}, {}
+    # best: best validation BLEU; averaged: mean of the last epoch snapshots; last: the weights
+    # when training stopped (with a time limit, part of an epoch after the last snapshot).
+    for ckpt in ("best", "averaged", "last"):
+        if not (args.run / ckpt).is_dir():
+            continue
+        for beam in (1, args.beam):
+            res = trainer.evaluate(args.run / ckpt, "test", beam_size=beam, limit=args.limit)
+            key = f"{ckpt}_{'greedy' if beam == 1 else f'beam{beam}'}"
+            scores[key] = {
+                "checkpoint": ckpt, "beam_size": beam, "bleu": res["bleu"],
+                "score_line": res["score_line"], "signature": res["signature"],
+                "seconds": res["seconds"],
+            }
+            hyps_by[key] = res["hypotheses"]
+            print(key, res["score_line"], flush=True)
+    chosen = f"{args.system}_beam{args.beam}"
+    model, tok, cfg = trainer.load_model(args.run / scores[chosen]["checkpoint"])
+    hyps = hyps_by[chosen]
+    examples = [
+        {"source": s, "reference": r, "hypothesis": hyps[i],
+         "greedy": hyps_by[chosen.replace(f"beam{args.beam}", "greedy")][i]}
+        for i, (s, r) in enumerate(pairs[:10])
+    ]
+    # Failures: the lowest sentence-level BLEU among sentences of 6-14 reference words.
+    sent = [
+        (sacrebleu.sentence_bleu(h, [r]).score, i)
+        for i, (h, (_, r)) in enumerate(zip(hyps, pairs))
+        if 6 <= len(r.split()) <= 14
+    ]
+    failures = [
+        {"index": i, "source": pairs[i][0], "reference": pairs[i][1], "hypothesis": hyps[i],
+         "sentence_bleu": round(b, 1)}
+        for b, i in sorted(sent)[:8]
+    ]
+    short = [i for i, (s, _) in enumerate(pairs) if 7 <= len(encode(tok, s)) - 1 <= 11]
+    attention = [
+        trainer.attention_maps(model, tok, pairs[i][0], cfg) for i in short[:ATTENTION_SENTENCES]
+    ]
+    result = {
+        "task": "Multi30k task 1, German -> English, test_2016_flickr (1,000 sentences)",
+        "bleu": scores[chosen]["bleu"],
+        "system": chosen,
+        "signature": scores[chosen]["signature"],
+        "scores": scores,
+        "command": args.command,
+        "commit": args.commit,
+        "config": dataclasses.asdict(cfg),
+        "parameters": count_parameters(model),
+        # Training time to the end of the last complete epoch (validation included); a time
+        # limit may stop training later, inside an epoch whose progress only `last` holds.
+        "train_minutes": round(history[-1]["minutes"], 1),
+        "time_limit_minutes": cfg.time_limit_min,
+        "wall_minutes_total": args.wall_minutes,
+        "epochs": len(history),
+        "steps": history[-1]["step"],
+        "target_tokens": history[-1]["tokens"],
+        "tokens_per_second": round(history[-1]["tokens"] / (history[-1]["minutes"] * 60)),
+        "history": history,
+        "examples": examples,
+        "failures": failures,
+        "attention": attention,
+        "machine": {
+            "cpu_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {args.out}: {chosen} BLEU {result['bleu']}  ({time.process_time():.0f}s CPU)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
