@@ -23,6 +23,7 @@ install: $(STAMP)
 ## make book: execute every chapter and render the site into _build/html
 book: $(STAMP)
 	$(PY) tools/fetch_assets.py
+	rm -rf _build/html  # --all re-renders every page but keeps pages of files since removed
 	$(VENV)/bin/jupyter-book build --all -W -n --keep-going .
 	@echo "Open _build/html/index.html"
 
@@ -47,6 +48,7 @@ nbval: $(STAMP)
 book-check: $(STAMP) browser-deps
 	$(PY) tools/fetch_assets.py
 	$(PY) tools/ci_config.py > _build_ci_config.yml
+	rm -rf _build/html
 	$(VENV)/bin/jupyter-book build --all -W -n --keep-going --config _build_ci_config.yml . ; \
 	  status=$$?; rm -f _build_ci_config.yml; exit $$status
 	$(VENV)/bin/pytest -q tests/site

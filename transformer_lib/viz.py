@@ -90,8 +90,12 @@ def attention_heatmap(
     title: str = "Attention weights",
     width: int = 220,
     height: int = 220,
+    description: str | None = None,
 ) -> alt.Chart:
-    """Heatmap of a (q_len, k_len) attention matrix: rows are queries, columns keys."""
+    """Heatmap of a (q_len, k_len) attention matrix: rows are queries, columns keys.
+
+    `description` is the figure's alt text; by default it says what the axes and colours are.
+    """
     import pandas as pd
 
     w = weights.detach().cpu().float() if hasattr(weights, "detach") else weights
@@ -106,7 +110,13 @@ def attention_heatmap(
         columns=["query", "key", "weight"],
     )
     return (
-        alt.Chart(df, title=title, width=width, height=height)
+        alt.Chart(
+            df, title=title, width=width, height=height,
+            description=description or (
+                f"{title}: a heatmap with one row per query position and one column per key "
+                "position, coloured by attention weight from 0 (dark) to 1 (yellow)."
+            ),
+        )
         .mark_rect()
         .encode(
             x=alt.X("key:N", sort=cols, title="key position"),
