@@ -40,7 +40,7 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest -n 2 -q tests
 
 nbval: $(STAMP)
-	$(VENV)/bin/pytest -q -p no:randomly --nbval chapters --sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile
+	$(VENV)/bin/pytest -q -p no:randomly --nbval chapters --nbval-sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile
 
 # The site from the stored outputs (nbval has just checked them against a fresh run), then every
 # page opened in headless Chromium with all other hosts blocked (tests/site; screenshots of every
