@@ -71,6 +71,29 @@ def test_resume_after_an_interruption_gives_the_same_weights(tmp_path):
         assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
 
 
+def test_time_limit_inside_an_epoch_keeps_the_partial_epoch_and_resumes(tmp_path):
+    cfg = trainer.load_config(TINY, **OVERRIDES, dropout=0.1)
+    full = trainer.train(cfg, tmp_path / "full", progress=False)
+    # A limit of ~0 s stops training after the first optimizer step, inside epoch 1.
+    cut = trainer.train(dataclasses.replace(cfg, time_limit_min=1e-9), tmp_path / "cut",
+                        progress=False)
+    assert cut["steps"] == 1
+    [record] = json.loads((tmp_path / "cut" / "history.json").read_text())
+    assert record["epoch"] == 1 and 0 < record["epoch_fraction"] < 1
+    assert {"val_loss", "val_bleu"} <= set(record) and cut["history"] == [record]
+    assert (tmp_path / "cut" / "epoch_001").is_dir() and (tmp_path / "cut" / "best").is_dir()
+    state = load_checkpoint(tmp_path / "cut" / "last")["train_state"]
+    assert (state["epoch"], state["step_in_epoch"], state["history"]) == (0, 1, [])
+    resumed = trainer.train(cfg, tmp_path / "cut", resume=True, progress=False)
+    history = json.loads((tmp_path / "cut" / "history.json").read_text())
+    assert history == resumed["history"] and [r["epoch"] for r in history] == [1, 2]
+    assert resumed["steps"] == full["steps"]
+    assert all("epoch_fraction" not in r for r in history)
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "cut")
+    for k in a:
+        assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
 def test_resume_without_a_checkpoint_starts_fresh(tmp_path):
     cfg = trainer.load_config(TINY, **OVERRIDES)
     out = trainer.train(dataclasses.replace(cfg, epochs=1), tmp_path, resume=True, progress=False)

@@ -54,6 +54,8 @@ def main() -> int:
     args = ap.parse_args()
 
     history = json.loads((args.run / "history.json").read_text())
+    # A run stopped by its time limit ends with a record of the partial epoch.
+    full = [r for r in history if "epoch_fraction" not in r]
     import sacrebleu
 
     pairs = load_multi30k("test")[: args.limit]
@@ -108,10 +110,10 @@ def main() -> int:
         "parameters": count_parameters(model),
         # Training time to the end of the last complete epoch (validation included); a time
         # limit may stop training later, inside an epoch whose progress only `last` holds.
-        "train_minutes": round(history[-1]["minutes"], 1),
+        "train_minutes": round(full[-1]["minutes"], 1),
         "time_limit_minutes": cfg.time_limit_min,
         "wall_minutes_total": args.wall_minutes,
-        "epochs": len(history),
+        "epochs": len(full),
         "steps": history[-1]["step"],
         "target_tokens": history[-1]["tokens"],
         "tokens_per_second": round(history[-1]["tokens"] / (history[-1]["minutes"] * 60)),

@@ -249,8 +249,9 @@ def train(
 ) -> dict[str, Any]:
     """Train a model as `cfg` says, writing checkpoints and metrics into `run_dir`.
 
-    Returns the history (per-epoch train loss, validation loss and BLEU). `on_step(step)` is called
-    after every optimizer step (tests use it to simulate an interruption).
+    Returns the history (per-epoch train loss, validation loss and BLEU; when the time limit
+    stopped training inside an epoch, a last record with ``epoch_fraction``). `on_step(step)` is
+    called after every optimizer step (tests use it to simulate an interruption).
     """
     from tqdm import tqdm
 
@@ -289,6 +290,7 @@ def train(
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     criterion = LabelSmoothing(vocab, PAD, cfg.label_smoothing)
     t0 = time.perf_counter() - state.train_seconds
+    partial_record: dict[str, Any] | None = None  # a time-limited epoch's record (see below)
     for epoch in range(state.epoch, cfg.epochs):
         steps = _epoch_steps(cfg, train_data, epoch, world)
         model.train()
@@ -319,27 +321,35 @@ def train(
                 break
         bar.close()
         out_of_time = bool(cfg.time_limit_min and state.train_seconds > 60 * cfg.time_limit_min)
-        if out_of_time and state.step_in_epoch < len(steps):
-            _save(last, model, cfg, optimizer, scheduler, state, tok, rank, world)
-            break
-        # The epoch is complete: validate, snapshot, keep the best by validation BLEU.
-        state.epoch, state.step_in_epoch = epoch + 1, 0
+        partial = out_of_time and state.step_in_epoch < len(steps)
+        if not partial:
+            state.epoch, state.step_in_epoch = epoch + 1, 0
+        # Validate, snapshot, keep the best by validation BLEU. When the time limit stops
+        # training inside an epoch, the partial epoch gets the same treatment (its record says
+        # how much of the epoch it saw), so its training counts in `best` and `averaged`; it is
+        # kept out of the resumable state, so `--resume` finishes the epoch and then replaces
+        # the partial record and snapshot with the full ones.
         record = {"epoch": epoch + 1, "step": state.step, "tokens": state.tokens,
                   "train_loss": _all_sum(loss_sum, device) / max(_all_sum(tok_sum, device), 1),
                   "minutes": state.train_seconds / 60}
+        if partial:
+            record["epoch_fraction"] = round(state.step_in_epoch / len(steps), 4)
+            partial_record = record
         if rank == 0:
             record["val_loss"] = validation_loss(model, val_data, cfg, device)
-            if cfg.bleu_every and (epoch + 1) % cfg.bleu_every == 0:
+            if cfg.bleu_every and ((epoch + 1) % cfg.bleu_every == 0 or partial):
                 record["val_bleu"] = bleu(
                     translate_pairs(model, tok, val_pairs, cfg, device, beam_size=1), val_pairs
                 ).score
-            state.history.append(record)
+            if not partial:
+                state.history.append(record)
             _save(run_dir / f"epoch_{epoch + 1:03d}", model, cfg, None, None, state, tok, 0, 1)
             _prune_snapshots(run_dir, cfg.keep_last)
             if record.get("val_bleu", -1.0) > state.best_bleu:
                 state.best_bleu = record["val_bleu"]
                 _save(run_dir / "best", model, cfg, None, None, state, tok, 0, 1)
-            (run_dir / "history.json").write_text(json.dumps(state.history, indent=2))
+            history = state.history + ([record] if partial else [])
+            (run_dir / "history.json").write_text(json.dumps(history, indent=2))
         _save(last, model, cfg, optimizer, scheduler, state, tok, rank, world)
         if out_of_time:
             break
@@ -351,7 +361,8 @@ def train(
     if started_dist:
         dist.barrier()
         dist.destroy_process_group()
-    return {"history": state.history, "steps": state.step, "minutes": state.train_seconds / 60}
+    history = state.history + ([partial_record] if partial_record else [])
+    return {"history": history, "steps": state.step, "minutes": state.train_seconds / 60}
 
 
 def _all_sum(x: float, device: torch.device) -> float:
