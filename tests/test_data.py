@@ -335,6 +335,13 @@ def test_pieces_are_readable(tok):
 
 
 @needs_data
+
+def test_id_pieces_match_pieces_and_name_special_tokens(tok):
+    text = "Ein Mädchen läuft über die Straße."
+    ids = data.encode(tok, text)  # ids + EOS
+    assert data.id_pieces(tok, ids[:-1]) == data.pieces(tok, text)
+    assert data.id_pieces(tok, [PAD, BOS, EOS, UNK]) == data.SPECIAL_TOKENS
+
 def test_tokenizer_training_is_deterministic():
     texts = [s for pair in _pairs("train")[:3000] for s in pair]
     a = data.train_tokenizer(texts, vocab_size=1000)

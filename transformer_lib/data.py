@@ -44,6 +44,7 @@ __all__ = [
     "encode",
     "decode",
     "pieces",
+    "id_pieces",
     "encode_pairs",
     "example_length",
     "make_batches",
@@ -373,11 +374,15 @@ def pieces(tok, text: str) -> list[str]:
     Byte-level tokens store "ä" as two symbols ("Ã¤"); this shows it as "ä". A token holding
     part of a multi-byte character shows as "�".
     """
+    return id_pieces(tok, tok.encode(text, add_special_tokens=False).ids)
+
+
+def id_pieces(tok, ids: Sequence[int]) -> list[str]:
+    """Readable strings of token ids, as ``pieces`` shows them; special tokens by name."""
     from tokenizers import decoders
 
     byte_level = decoders.ByteLevel()
-    tokens = tok.encode(text, add_special_tokens=False).tokens
-    return [byte_level.decode([t]).replace(" ", "▁") for t in tokens]
+    return [byte_level.decode([tok.id_to_token(int(i))]).replace(" ", "▁") for i in ids]
 
 
 # ---------------------------------------------------------------------------------- batches

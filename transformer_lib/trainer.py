@@ -44,6 +44,7 @@ from transformer_lib.data import (
     decode,
     encode,
     encode_pairs,
+    id_pieces,
     load_multi30k,
     load_tokenizer,
     make_batches,
@@ -537,17 +538,6 @@ def _rounded(x: Any, digits: int = 4) -> Any:
     return [_rounded(v, digits) for v in x] if isinstance(x, list) else round(x, digits)
 
 
-def _labels(tok: Any, ids: list[int]) -> list[str]:
-    """Readable labels of token ids, as ``data.pieces`` shows them (``▁`` starts a word)."""
-    from tokenizers import decoders
-
-    byte_level = decoders.ByteLevel()
-    special = {PAD: "<pad>", BOS: "<s>", EOS: "</s>"}
-    return [
-        special.get(i) or byte_level.decode([tok.id_to_token(i)]).replace(" ", "▁") for i in ids
-    ]
-
-
 @torch.no_grad()
 def attention_maps(model: nn.Module, tok: Any, sentence: str, cfg: Config) -> dict[str, Any]:
     """Translate `sentence` greedily, then record every attention map of a teacher-forced pass.
@@ -581,8 +571,8 @@ def attention_maps(model: nn.Module, tok: Any, sentence: str, cfg: Config) -> di
             m.store_attention, m.attn = False, None
     return {
         "source": sentence,
-        "source_tokens": _labels(tok, src_ids),
-        "target_tokens": _labels(tok, tgt[0].tolist()),
+        "source_tokens": id_pieces(tok, src_ids),
+        "target_tokens": id_pieces(tok, tgt[0].tolist()),
         "translation": tok.decode(out, skip_special_tokens=True),
         "maps": {k: _rounded(v) for k, v in maps.items()},  # [layer][head][query][key]
     }
