@@ -386,3 +386,24 @@ def test_forward_errors_name_the_argument():
     memory = model.encode(src, None)
     with pytest.raises(ValueError, match="tgt must have the same batch size as memory"):
         model.decode(memory, None, tgt.expand(2, 2), causal(2))
+
+
+def test_make_model_dropout_placement():
+    default = make_model(20, 20, N=1, d_model=16, d_ff=32, h=2, dropout=0.3)
+    paper = make_model(
+        20, 20, N=1, d_model=16, d_ff=32, h=2, dropout=0.3, attn_dropout=0.0, ffn_dropout=0.0
+    )
+    for model, inner in ((default, 0.3), (paper, 0.0)):
+        enc, dec = model.encoder.layers[0], model.decoder.layers[0]
+        assert enc.self_attn.dropout.p == dec.src_attn.dropout.p == inner
+        assert enc.feed_forward.dropout.p == dec.feed_forward.dropout.p == inner
+        assert all(s.dropout.p == 0.3 for s in [*enc.sublayer, *dec.sublayer])  # residual
+    # in eval mode dropout does nothing: the two placements compute the same function
+    paper.load_state_dict(default.state_dict())
+    src, tgt = torch.randint(1, 20, (2, 5)), torch.randint(1, 20, (2, 4))
+    default.eval(), paper.eval()
+    torch.testing.assert_close(default(src, tgt, None, None), paper(src, tgt, None, None))
+    for bad in ({"attn_dropout": 1.0}, {"ffn_dropout": -0.1}, {"attn_dropout": "0.1"}):
+        name = next(iter(bad))
+        with pytest.raises(ValueError, match=f"{name} must be a probability"):
+            make_model(20, 20, N=1, d_model=16, d_ff=32, h=2, **bad)

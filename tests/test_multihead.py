@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from transformer_lib.multihead import MultiHeadedAttention
+from transformer_lib.multihead import MultiHeadedAttention, _fast_attention
 
 
 def make_pair(h=4, d_model=32, bias=True, dtype=torch.float32, seed=0):
@@ -383,3 +383,21 @@ def test_attend_errors():
         layer.attend(query, k, v[:, :, :4])
     with pytest.raises(ValueError, match=r"k must be projected"):
         layer.attend(query, torch.randn(2, 5, 8), v)
+
+
+def test_bf16_autocast_on_cpu_attends_in_fp32_and_keeps_the_mask_convention():
+    torch.manual_seed(0)
+    mha = MultiHeadedAttention(4, 32, dropout=0.0).eval()
+    x = torch.randn(3, 6, 32)
+    mask = torch.ones(3, 6, 6, dtype=torch.bool).tril()
+    mask[1, 2] = False  # a query with no key: zero output
+    ref = mha(x, x, x, mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q, k, v = (t.to(torch.bfloat16) for t in (x, x, x))
+        heads = [mha._split(t) for t in (q, k, v)]  # (3, 4, 6, 8) bf16
+        inner = _fast_attention(*heads, mask.unsqueeze(1), 0.0)
+        out = mha(x, x, x, mask)
+    assert inner.dtype == torch.bfloat16  # the caller's dtype comes back
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)  # bf16 projections
+    assert torch.equal(inner[1, :, 2], torch.zeros(4, 8, dtype=torch.bfloat16))

@@ -122,7 +122,17 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     a, b = _weights(tmp_path / "single"), _weights(tmp_path / "ddp")
     for k in a:
         # Same updates; only the order of floating-point sums differs (all-reduce vs one process).
-        assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+        x, y = a[k], b[k]
+        if k.endswith("in_proj.bias"):
+            # The key bias adds the same amount to every score of a query, which the softmax
+            # cancels: its true gradient is 0, and what autograd returns is rounding noise that
+            # Adam (eps 1e-9) scales up to full-size steps. Compare the query and value parts.
+            d = x.numel() // 3
+            x, y = torch.cat([x[:d], x[2 * d :]]), torch.cat([y[:d], y[2 * d :]])
+        # atol: Adam divides by sqrt(v), so an element with a tiny gradient moves by about the
+        # learning rate whatever its size, and rounding differences in such gradients show up
+        # at 1e-5..1e-4 after a few dozen steps (seen with a different but equivalent LayerNorm).
+        assert_close(x, y, rtol=1e-4, atol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
     for r_single, r_ddp in zip(single["history"], ddp_history):
         assert r_ddp["train_loss"] == pytest.approx(r_single["train_loss"], rel=1e-4)
         assert r_ddp["val_loss"] == pytest.approx(r_single["val_loss"], rel=1e-4)
@@ -186,3 +196,26 @@ def test_config_errors(tmp_path):
         trainer.load_config(bad)
     with pytest.raises(ValueError, match="precision"):
         trainer.load_config(TINY, precision="fp16")
+
+
+def test_fast_setting_is_bf16_with_the_papers_dropout(tmp_path):
+    cfg = trainer.load_config(TINY, fast=True)  # tiny.toml says precision = "fp32": replaced
+    assert (cfg.fast, cfg.precision, cfg.attn_dropout, cfg.ffn_dropout) == (True, "bf16", 0, 0)
+    model = trainer.make_model(**dataclasses.replace(cfg, dropout=0.2).model_kwargs(50))
+    layer = model.decoder.layers[0]
+    assert layer.self_attn.dropout.p == layer.src_attn.dropout.p == 0.0  # attention weights
+    assert layer.feed_forward.dropout.p == 0.0  # FFN hidden activations
+    assert layer.sublayer[0].dropout.p == 0.2  # residual dropout stays (paper, section 5.4)
+    assert model.src_embed[1].dropout.p == 0.2  # and so does the embedding dropout
+    plain = trainer.load_config(TINY)
+    assert (plain.fast, plain.attn_dropout, plain.ffn_dropout) == (False, None, None)
+    # a contradicting value next to `fast` is an error, naming both
+    with pytest.raises(ValueError, match="fast = true.*precision"):
+        trainer.load_config(TINY, fast=True, precision="fp32")
+    in_file = tmp_path / "fast.toml"
+    in_file.write_text(TINY.read_text().replace('precision = "fp32"', "fast = true"))
+    assert trainer.load_config(in_file).precision == "bf16"
+    with pytest.raises(ValueError, match="attn_dropout"):
+        trainer.load_config(in_file, attn_dropout=0.1)
+    args = cli._parser().parse_args(["train", "--config", str(TINY), "--run", "r", "--fast"])
+    assert args.fast is True

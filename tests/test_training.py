@@ -309,6 +309,44 @@ def test_label_smoothing_exact_zeros(eps):
     assert inf_loss.item() == math.inf  # target mass on a class the model rules out
 
 
+def kl_by_definition(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Summed KL(p || exp(x)) built from the dense (N, V) target, 0 * log 0 := 0 (chapter 6)."""
+    return (torch.xlogy(p, p) - p * x.masked_fill(p == 0, 0.0)).sum()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    v=st.integers(3, 9),
+    n=st.integers(1, 8),
+    eps=st.sampled_from([0.0, 0.1, 0.5]),
+    pad_pos=st.integers(0, 8),
+    zeros=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 8)), max_size=6),
+    seed=st.integers(0, 10_000),
+)
+def test_label_smoothing_closed_form_equals_definition(v, n, eps, pad_pos, zeros, seed):
+    # The module never builds the (N, V) target; its value and gradient must still be those of
+    # the definition, also with exact zeros (log q = -inf) anywhere, the target included.
+    pad = pad_pos % v
+    g = torch.Generator().manual_seed(seed)
+    q = torch.rand(n, v, generator=g, dtype=torch.float64) + 0.01
+    for i, c in zeros:
+        q[i % n, c % v] = 0.0
+    x = (q / q.sum(-1, keepdim=True)).log().requires_grad_(True)
+    target = torch.randint(0, v, (n,), generator=g)
+    crit = LabelSmoothing(v, pad, eps)
+    loss = crit(x, target)
+    x_ref = x.detach().clone().requires_grad_(True)
+    ref = kl_by_definition(x_ref, crit.true_dist)
+    assert not torch.isnan(loss)
+    if torch.isinf(ref):
+        assert loss.item() == math.inf
+        return
+    torch.testing.assert_close(loss, ref)
+    loss.backward()
+    ref.backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)  # -p everywhere, 0 on padding rows/column
+
+
 def test_label_smoothing_size_two_without_smoothing():
     x = torch.tensor([[math.log(0.25), math.log(0.75)]])
     assert LabelSmoothing(2, 0, 0.0)(x, torch.tensor([1])).item() == pytest.approx(-math.log(0.75))

@@ -38,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--data-dir", help="Multi30k directory (default: see transformer_lib.data)")
     t.add_argument("--epochs", type=int, help="override the config's epochs")
     t.add_argument("--precision", choices=["fp32", "bf16"], help="override the config's precision")
+    t.add_argument(
+        "--fast",
+        action="store_true",
+        default=None,
+        help="the fastest setting: bf16 autocast and the paper's dropout placement "
+        "(no dropout on attention weights or FFN activations); see the performance appendix",
+    )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     e = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a split")
@@ -60,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "train":
         cfg = trainer.load_config(
-            args.config, data_dir=args.data_dir, epochs=args.epochs, precision=args.precision
+            args.config,
+            data_dir=args.data_dir,
+            epochs=args.epochs,
+            precision=args.precision,
+            fast=args.fast,
         )
         result = trainer.train(cfg, args.run, resume=args.resume, progress=not args.no_progress)
         if result["history"]:

@@ -138,6 +138,8 @@ def make_model(
     max_len: int = 5000,
     pad_idx: int | None = None,
     activation: str = "relu",
+    attn_dropout: float | None = None,
+    ffn_dropout: float | None = None,
 ) -> EncoderDecoder:
     """Build an encoder-decoder Transformer with Xavier-initialized weights.
 
@@ -151,6 +153,10 @@ def make_model(
         positional: "sinusoidal" (paper) or "learned". max_len: longest position table.
         pad_idx: padding id (zero embedding row), or None.
         activation: "relu" (paper) or "gelu".
+        attn_dropout, ffn_dropout: dropout on the attention weights and on the FFN's hidden
+            activations; None (default) uses ``dropout``, as the Annotated Transformer and
+            ``nn.Transformer`` do. 0 for both gives the paper's placement (section 5.4:
+            residual and embedding dropout only), which is also faster (fused attention).
 
     Returns an EncoderDecoder; ``model.generator`` maps its output to log-probabilities.
     Paper section 3, Table 3 (base model). Defined in chapter 5.
@@ -168,8 +174,13 @@ def make_model(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if d_model % h != 0:
         raise ValueError(f"d_model must be divisible by h, got d_model={d_model}, h={h}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    for name, value in (
+        ("dropout", dropout),
+        ("attn_dropout", dropout if attn_dropout is None else attn_dropout),
+        ("ffn_dropout", dropout if ffn_dropout is None else ffn_dropout),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
     if positional not in ("sinusoidal", "learned"):
         raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
     if share_embeddings and src_vocab != tgt_vocab:
@@ -183,8 +194,10 @@ def make_model(
             f"vocabularies), got {pad_idx}"
         )
     c = copy.deepcopy
-    attn = MultiHeadedAttention(h, d_model, dropout)
-    ff = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+    attn_p = dropout if attn_dropout is None else attn_dropout
+    ffn_p = dropout if ffn_dropout is None else ffn_dropout
+    attn = MultiHeadedAttention(h, d_model, attn_p)
+    ff = PositionwiseFeedForward(d_model, d_ff, ffn_p, activation)
     if positional == "sinusoidal":
         position: nn.Module = PositionalEncoding(d_model, dropout, max_len)
     else:

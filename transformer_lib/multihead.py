@@ -5,6 +5,7 @@ Edit the chapter and run `make export`."""
 
 __all__ = ["MultiHeadedAttention"]
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -40,6 +41,11 @@ def _fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: flo
     (batch, h, q_len, k_len) -> (batch, h, q_len, d_k). A query with no allowed key gets a zero
     output, like chapter 1's ``attention`` (PyTorch backends differ: some give NaN).
     """
+    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+        # PyTorch's fused CPU kernel is slower in bf16 than in fp32 without AMX (measured in
+        # the performance appendix): attend in fp32; autocast would cast back to bf16.
+        with torch.autocast("cpu", enabled=False):
+            return _fast_attention(q.float(), k.float(), v.float(), mask, p).to(q.dtype)
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
     sees_any = mask.any(dim=-1, keepdim=True)  # (…, q_len, 1)

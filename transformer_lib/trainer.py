@@ -90,6 +90,8 @@ class Config:
     d_ff: int = 1024
     h: int = 4
     dropout: float = 0.1
+    attn_dropout: float | None = None  # on attention weights; None = dropout
+    ffn_dropout: float | None = None  # on the FFN's hidden activations; None = dropout
     norm_first: bool = True
     share_embeddings: bool = True
     positional: str = "sinusoidal"
@@ -104,6 +106,10 @@ class Config:
     label_smoothing: float = 0.1
     clip_norm: float | None = 1.0
     precision: str = "fp32"  # "fp32" or "bf16" (autocast; weights and optimizer stay fp32)
+    # The fastest setting, measured in bench/train_throughput.py and the performance appendix:
+    # precision "bf16" and the paper's dropout placement (attn_dropout = ffn_dropout = 0:
+    # residual and embedding dropout only), which lets attention use the fused kernel.
+    fast: bool = False
     seed: int = 1
     # checkpoints and evaluation
     save_every: int = 200  # optimizer steps between resumable checkpoints
@@ -125,6 +131,8 @@ class Config:
             d_ff=self.d_ff,
             h=self.h,
             dropout=self.dropout,
+            attn_dropout=self.attn_dropout,
+            ffn_dropout=self.ffn_dropout,
             norm_first=self.norm_first,
             share_embeddings=self.share_embeddings,
             positional=self.positional,
@@ -133,7 +141,12 @@ class Config:
 
 
 def load_config(path: str | Path | None, **overrides: Any) -> Config:
-    """Read a TOML config (flat keys, or grouped in any tables) and apply overrides."""
+    """Read a TOML config (flat keys, or grouped in any tables) and apply overrides.
+
+    ``fast = true`` (CLI ``--fast``) is shorthand for ``precision = "bf16"``,
+    ``attn_dropout = 0`` and ``ffn_dropout = 0``; it replaces those keys of the file when given
+    as an override, and a contradicting value set alongside it is an error.
+    """
     values: dict[str, Any] = {}
     if path is not None:
         try:
@@ -147,13 +160,28 @@ def load_config(path: str | Path | None, **overrides: Any) -> Config:
                 values.update(val)
             else:
                 values[key] = val
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    over = {k: v for k, v in overrides.items() if v is not None}
+    values.update(over)
     fields = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ValueError(f"config: unknown key(s) {unknown}; expected some of {sorted(fields)}")
     if "adam_betas" in values:
         values["adam_betas"] = tuple(values["adam_betas"])
+    if values.get("fast"):
+        fast_values = {"precision": "bf16", "attn_dropout": 0.0, "ffn_dropout": 0.0}
+        same_place = over if over.get("fast") else values  # where `fast` was set, and after
+        clash = {
+            k: same_place[k]
+            for k, want in fast_values.items()
+            if same_place.get(k) is not None and same_place[k] != want
+        }
+        if clash:
+            raise ValueError(
+                f"config: fast = true means precision 'bf16' and attn_dropout = ffn_dropout = 0, "
+                f"but {clash} is also set; drop one of them"
+            )
+        values.update(fast_values)
     cfg = Config(**values)
     if cfg.precision not in ("fp32", "bf16"):
         raise ValueError(f"config: precision must be 'fp32' or 'bf16', got {cfg.precision!r}")
@@ -374,6 +402,20 @@ def _all_sum(x: float, device: torch.device) -> float:
     return float(t.item())
 
 
+def _loss_on_real_tokens(cfg, device, model, criterion, out, tgt_y):
+    """Summed loss of the generator's predictions at the non-padding target positions.
+
+    Padding positions add exactly 0 to the loss, so the generator (the largest matrix product
+    of a small model: d_model x vocab per token) and its log-softmax skip them; with the
+    random batches of bench/train_throughput.py that is a third of the positions. In fp32 (the
+    log-softmax autocasts to fp32 anyway, and the loss needs the precision).
+    """
+    keep = tgt_y != PAD  # (B, T)
+    with _autocast(cfg, device):
+        logp = model.generator(out[keep])  # (n_real, vocab)
+    return criterion(logp.float(), tgt_y[keep])
+
+
 def _train_step(cfg, ddp, model, criterion, optimizer, data, micro, device, rank, world):
     """One optimizer step over the global batch `micro` (this rank takes every world-th part)."""
     mine = micro[rank::world]
@@ -388,9 +430,8 @@ def _train_step(cfg, ddp, model, criterion, optimizer, data, micro, device, rank
         ctx = contextlib.nullcontext() if sync else ddp.no_sync()
         with ctx:
             with _autocast(cfg, device):
-                out = ddp(b.src, b.tgt, b.src_mask, b.tgt_mask)
-                logp = model.generator(out)
-            loss = criterion(logp.float().reshape(-1, logp.size(-1)), b.tgt_y.reshape(-1))
+                out = ddp(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (B, T, d_model)
+            loss = _loss_on_real_tokens(cfg, device, model, criterion, out, b.tgt_y)
             (loss * world / global_tokens).backward()
         loss_total += loss.item()
     if cfg.clip_norm:
@@ -437,8 +478,8 @@ def validation_loss(model: nn.Module, data: Sequence, cfg: Config, device: torch
     for idx in make_batches(data, cfg.max_tokens, shuffle=False, seed=0):
         b = Batch(*collate(data, idx, pad=PAD, device=device), pad=PAD)
         with _autocast(cfg, device):
-            logp = model.generator(model(b.src, b.tgt, b.src_mask, b.tgt_mask))
-        total += criterion(logp.float().reshape(-1, logp.size(-1)), b.tgt_y.reshape(-1)).item()
+            out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (B, T, d_model)
+        total += _loss_on_real_tokens(cfg, device, model, criterion, out, b.tgt_y).item()
         ntok += b.ntokens
     model.train(was_training)
     return total / max(ntok, 1)

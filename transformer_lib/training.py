@@ -14,6 +14,7 @@ __all__ = [
 ]
 
 import itertools
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -115,7 +116,9 @@ class LabelSmoothing(nn.Module):
         smoothing: epsilon_ls in [0, 1) (0.1 in the paper; 0 gives the one-hot NLL loss).
 
     ``forward(x, target)``: x (N, size) log-probabilities, target (N,) class ids -> summed KL
-    divergence, a scalar. The last target distribution is kept in ``self.true_dist`` (N, size).
+    divergence, a scalar, computed in closed form without building the (N, size) target
+    distribution. ``self.true_dist`` gives that distribution for the last call (built on
+    demand, for plots and checks).
     Label smoothing of section 5.4 (Szegedy et al., 2016). Defined in chapter 6.
     """
 
@@ -134,12 +137,21 @@ class LabelSmoothing(nn.Module):
         self.padding_idx = padding_idx
         self.smoothing = smoothing
         self.confidence = 1.0 - smoothing
-        self.true_dist: Tensor | None = None
+        self.spread = smoothing / (size - 2) if smoothing > 0 else 0.0  # s, on each other class
+        # sum of p log p over one counted row: c log c + (V - 2) s log s
+        c, s = self.confidence, self.spread
+        self.row_entropy_term = c * math.log(c) + ((size - 2) * s * math.log(s) if s > 0 else 0.0)
+        self._last: tuple[Tensor, torch.dtype] | None = None  # target and dtype of last call
+
+    @property
+    def true_dist(self) -> Tensor | None:
+        """(N, size) target distribution of the last call, or None before the first one."""
+        return None if self._last is None else self.target_distribution(*self._last)
 
     def target_distribution(self, target: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
         """(N, size) smoothed target distribution for (N,) class ids."""
-        spread = self.smoothing / (self.size - 2) if self.smoothing > 0 else 0.0
-        dist = torch.full((target.size(0), self.size), spread, dtype=dtype, device=target.device)
+        shape = (target.size(0), self.size)
+        dist = torch.full(shape, self.spread, dtype=dtype, device=target.device)
         dist.scatter_(1, target.unsqueeze(1), self.confidence)  # 1 - eps on the true class
         dist[:, self.padding_idx] = 0  # padding is never a right answer
         return dist.masked_fill((target == self.padding_idx).unsqueeze(1), 0.0)  # pad rows: 0
@@ -162,10 +174,18 @@ class LabelSmoothing(nn.Module):
                 f"target ids must be in [0, size={self.size}), got values in "
                 f"[{int(target.min())}, {int(target.max())}]"
             )
-        p = self.target_distribution(target, x.dtype)  # (N, size)
-        self.true_dist = p
-        log_q = x.masked_fill(p == 0, 0.0)  # 0 * log q := 0, also where log q = -inf
-        return (torch.xlogy(p, p) - p * log_q).sum()  # sum p log p - sum p log q
+        self._last = (target.detach(), x.dtype)
+        pad = self.padding_idx
+        x_y = x.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,) log q(y)
+        per_row = self.row_entropy_term - self.confidence * x_y  # (N,)
+        if self.spread > 0:
+            # sum of log q over the classes other than padding, by slicing around the padding
+            # column (never subtracting it: it may be -inf); then without the true class
+            non_pad = x[:, :pad].sum(1) + x[:, pad + 1 :].sum(1)  # (N,)
+            per_row = per_row - self.spread * (non_pad - x_y)
+            # q(y) = 0 makes the row's loss +inf; (-inf) - (-inf) above would say NaN
+            per_row = per_row.masked_fill(x_y == float("-inf"), float("inf"))
+        return per_row.masked_fill(target == pad, 0.0).sum()  # padding rows count 0
 
 
 def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
