@@ -300,6 +300,7 @@ def make_step(
     amp_dtype: torch.dtype | None = None,
     *,
     dense_loss: bool = False,
+    real_tokens_only: bool = False,
 ) -> Callable[[Batch], float]:
     """A function running one training step on a batch and returning the loss per token.
 
@@ -308,6 +309,9 @@ def make_step(
     autocast when ``amp_dtype`` is given; the loss is computed in fp32 on the log-probabilities
     (as ``transformer_lib.trainer`` does) with chapter 6's ``LabelSmoothing``, the same for
     every model, or with ``dense_loss`` by its definition (:func:`kl_by_definition`).
+    ``real_tokens_only`` applies the generator to the non-padding target positions only, as
+    the package's trainer does (padding positions add exactly 0 to the loss); otherwise it
+    runs on every position, as a plain training loop would.
     """
     if kind not in ("ours", "nn"):
         raise ValueError(f"kind must be 'ours' or 'nn', got {kind!r}")
@@ -321,8 +325,12 @@ def make_step(
                 out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (B, T, d_model)
             else:
                 out = model(b.src, b.tgt)
-            logp = model.generator(out)  # (B, T, vocab)
-        logp, y = logp.float().reshape(-1, logp.size(-1)), b.tgt_y.reshape(-1)
+            if real_tokens_only:
+                keep = b.tgt_y != PAD  # (B, T)
+                logp, y = model.generator(out[keep]), b.tgt_y[keep]  # (n_real, vocab), (n_real,)
+            else:
+                logp, y = model.generator(out), b.tgt_y  # (B, T, vocab), (B, T)
+        logp, y = logp.float().reshape(-1, logp.size(-1)), y.reshape(-1)
         loss = kl_by_definition(logp, y, criterion) if dense_loss else criterion(logp, y)
         loss = loss / float(b.ntokens)
         loss.backward()
@@ -336,7 +344,9 @@ def make_step(
 # --------------------------------------------------------------------------- FLOPs
 
 
-def train_flops(cfg: BenchConfig, batch: Batch, padded: bool = False) -> float:
+def train_flops(
+    cfg: BenchConfig, batch: Batch, padded: bool = False, real_token_generator: bool = False
+) -> float:
     """Analytic FLOPs of one training step: forward matmuls × 3 (backward = 2 × forward).
 
     Linear layers: 2 FLOPs per weight per token in the forward pass, counted on the tokens each
@@ -347,7 +357,8 @@ def train_flops(cfg: BenchConfig, batch: Batch, padded: bool = False) -> float:
     lookups, biases, softmax, LayerNorm and the optimizer are left out (they are not matmuls).
 
     ``padded=False`` counts each sentence at its own length (the useful work: model FLOPs);
-    ``padded=True`` counts the padded tensors (what the kernels execute).
+    ``padded=True`` counts the padded tensors (what the kernels execute), except for the
+    generator when ``real_token_generator`` (it then runs on the real target tokens only).
     """
     d, d_ff, V = cfg.d_model, cfg.d_ff, cfg.vocab
     src_mask = batch.src != PAD  # (B, S)
@@ -361,7 +372,7 @@ def train_flops(cfg: BenchConfig, batch: Batch, padded: bool = False) -> float:
     S, T = float(s.sum()), float(t.sum())
     enc_linear = cfg.N * (4 * d * d + 2 * d * d_ff) * S
     dec_linear = cfg.N * ((4 * d * d + 2 * d * d + 2 * d * d_ff) * T + 2 * d * d * S)
-    gen_linear = d * V * T
+    gen_linear = d * V * (float((batch.tgt_y != PAD).sum()) if real_token_generator else T)
     attn = cfg.N * 4 * d * float((s * s).sum() + (t * t).sum() + (t * s).sum())
     forward = 2 * (enc_linear + dec_linear + gen_linear) + attn
     return 3.0 * forward
@@ -448,6 +459,15 @@ class Variant:
     builder: str  # "ours", "nn", "textbook" or "explicit_attention"
     amp: torch.dtype | None = None  # autocast dtype, None = fp32
     paper_dropout: bool = False  # no dropout on attention weights / FFN hidden (paper, 5.4)
+    # generator + loss on non-padding positions only (the package's trainer); None: the
+    # builder's default, True for ours/explicit_attention, False for nn and textbook
+    real_tokens_only: bool | None = None
+
+    @property
+    def real_tokens(self) -> bool:
+        if self.real_tokens_only is not None:
+            return self.real_tokens_only
+        return self.builder in ("ours", "explicit_attention")
 
     @property
     def kind(self) -> str:
@@ -458,6 +478,7 @@ BF16 = torch.bfloat16
 VARIANTS = {
     "ours_fp32": Variant("ours"),
     "nn_transformer_fp32": Variant("nn"),
+    "nn_transformer_fp32_real_tokens_loss": Variant("nn", real_tokens_only=True),
     "textbook_fp32": Variant("textbook"),
     "explicit_attention_fp32": Variant("explicit_attention"),
     "ours_bf16": Variant("ours", BF16),
@@ -478,6 +499,7 @@ DEFAULT_VARIANTS = {
     "base": [
         "ours_fp32",
         "nn_transformer_fp32",
+        "nn_transformer_fp32_real_tokens_loss",
         "textbook_fp32",
         "explicit_attention_fp32",
         "ours_bf16",
@@ -498,7 +520,9 @@ def build_variant(name: str, cfg: BenchConfig, device: torch.device, compile: bo
     if compile:
         runner = torch.compile(model)  # `runner.generator` reaches the (uncompiled) generator
     dense = v.builder == "textbook"
-    return model, make_step(v.kind, runner, cfg, device, v.amp, dense_loss=dense)
+    return model, make_step(
+        v.kind, runner, cfg, device, v.amp, dense_loss=dense, real_tokens_only=v.real_tokens
+    )
 
 
 def run_config(
@@ -539,7 +563,10 @@ def run_config(
     )
     timing_s = time.perf_counter() - t0
     flops_model = sum(train_flops(cfg, b) for b in batches)
-    flops_padded = sum(train_flops(cfg, b, padded=True) for b in batches)
+    flops_padded = {
+        real: sum(train_flops(cfg, b, padded=True, real_token_generator=real) for b in batches)
+        for real in (False, True)
+    }
     rows = {}
     for name, ts in times.items():
         t = median(ts)
@@ -549,11 +576,12 @@ def run_config(
             "precision": "bf16-autocast" if v.amp is torch.bfloat16 else "fp32",
             "compiled": name.endswith("_compiled"),
             "paper_dropout": v.paper_dropout,
+            "loss_on_real_tokens_only": v.real_tokens,
             "round_s_median": t,
             "round_s_all": [round(x, 4) for x in ts],
             "tokens_per_s": tokens / t,
             "model_tflops_per_s": flops_model / t / 1e12,
-            "padded_tflops_per_s": flops_padded / t / 1e12,
+            "padded_tflops_per_s": flops_padded[v.real_tokens] / t / 1e12,
             "peak_step_memory_bytes": None,
         }
         if name in compile_s:
@@ -587,11 +615,19 @@ def run_config(
         ],
         "target_tokens_per_round": tokens,
         "model_flops_per_round": flops_model,
-        "padded_flops_per_round": flops_padded,
+        "padded_flops_per_round": {
+            "generator_on_all_positions": flops_padded[False],
+            "generator_on_real_tokens": flops_padded[True],
+        },
         "flop_counter_check": {
             "variant": variants[0],
             "counted_padded_flops_batch0": flop_check,
-            "analytic_padded_flops_batch0": train_flops(cfg, batches[0], padded=True),
+            "analytic_padded_flops_batch0": train_flops(
+                cfg,
+                batches[0],
+                padded=True,
+                real_token_generator=VARIANTS[variants[0]].real_tokens,
+            ),
         },
         "timing_wall_s": timing_s,
         "variants": rows,
@@ -622,6 +658,8 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
     """
     pairs = [(a, "nn_transformer_fp32") for a in rows if a != "nn_transformer_fp32"]
     pairs += [
+        ("ours_fp32", "nn_transformer_fp32_real_tokens_loss"),
+        ("nn_transformer_fp32_real_tokens_loss", "nn_transformer_fp32"),
         ("ours_fp32", "textbook_fp32"),
         ("ours_fp32", "explicit_attention_fp32"),
         ("nn_transformer_fp32", "textbook_fp32"),

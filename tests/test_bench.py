@@ -223,7 +223,9 @@ def test_analytic_flops_equal_flop_counter(variant):
     _, step = tt.build_variant(variant, TINY, CPU)
     batch = tt.make_batches(TINY, CPU)[0]
     counted = tt.counted_flops(step, batch)
-    assert counted == pytest.approx(tt.train_flops(TINY, batch, padded=True), rel=1e-9)
+    real = tt.VARIANTS[variant].real_tokens  # the generator on non-padding positions only
+    expected = tt.train_flops(TINY, batch, padded=True, real_token_generator=real)
+    assert counted == pytest.approx(expected, rel=1e-9)
 
 
 def test_unpadded_flops_without_padding_equal_padded():
@@ -254,48 +256,47 @@ def test_train_flops_by_hand():
     smoothing=st.sampled_from([0.0, 0.05, 0.1, 0.3]),
     seed=st.integers(0, 2**16),
 )
-def test_smoothed_kl_matches_label_smoothing(vocab, rows, smoothing, seed):
+def test_kl_by_definition_matches_label_smoothing(vocab, rows, smoothing, seed):
+    """The textbook path's dense loss and the package's closed form: same value and gradient."""
     g = torch.Generator().manual_seed(seed)
     logp = torch.randn(rows, vocab, generator=g).log_softmax(-1)
     target = torch.randint(0, vocab, (rows,), generator=g)  # includes padding rows (id 0)
     a = logp.clone().requires_grad_(True)
     b = logp.clone().requires_grad_(True)
-    ref = LabelSmoothing(vocab, tt.PAD, smoothing)(a, target)
-    got = tt.smoothed_kl(b, target, tt.PAD, smoothing)
+    crit = LabelSmoothing(vocab, tt.PAD, smoothing)
+    ref = tt.kl_by_definition(a, target, crit)
+    got = crit(b, target)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     ref.backward()
     got.backward()
     torch.testing.assert_close(b.grad, a.grad)
 
 
-def test_smoothed_kl_without_smoothing_is_cross_entropy():
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(20, 11, generator=g)
-    target = torch.randint(0, 11, (20,), generator=g)
-    ce = torch.nn.functional.cross_entropy(logits, target, ignore_index=tt.PAD, reduction="sum")
-    torch.testing.assert_close(tt.smoothed_kl(logits.log_softmax(-1), target, tt.PAD, 0.0), ce)
-
-
-def test_swap_layernorm_keeps_the_function():
+def test_layernorms_by_hand_keep_the_function():
     torch.manual_seed(0)
     model = tt.build_ours(TINY, CPU).eval()
     batch = tt.make_batches(TINY, CPU)[0]
     before = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
-    assert tt.swap_layernorm(model) == 5 * TINY.N  # 2 per encoder layer, 3 per decoder layer
+    assert tt.layernorms_by_hand(model) == 5 * TINY.N  # 2 per encoder layer, 3 per decoder layer
     assert not any(isinstance(m, LayerNorm) for m in model.modules())
     after = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
     torch.testing.assert_close(after, before)
 
 
-def test_disable_attention_dropout_only_touches_attention():
-    ours = tt.disable_attention_dropout(tt.build_ours(TINY, CPU))
+def test_paper_dropout_only_touches_attention_and_ffn_dropout():
+    ours = tt.build_ours(TINY, CPU, paper_dropout=True)
     attn = [m for m in ours.modules() if isinstance(m, MultiHeadedAttention)]
     assert len(attn) == 3 * TINY.N and all(m.dropout.p == 0.0 for m in attn)
-    others = [m for m in ours.modules() if isinstance(m, nn.Dropout) and m.p > 0]
-    assert others and all(m.p == TINY.dropout for m in others)
-    theirs = tt.disable_attention_dropout(tt.build_nn(TINY, CPU))
+    theirs = tt.build_nn(TINY, CPU, paper_dropout=True)
     mha = [m for m in theirs.modules() if isinstance(m, nn.MultiheadAttention)]
     assert len(mha) == 3 * TINY.N and all(m.dropout == 0.0 for m in mha)
+    # the same number of live dropout modules (residual + embedding), all at cfg.dropout
+    for model in (ours, theirs):
+        live = [m for m in model.modules() if isinstance(m, nn.Dropout) and m.p > 0]
+        assert all(m.p == TINY.dropout for m in live)
+    n_ours = sum(isinstance(m, nn.Dropout) and m.p > 0 for m in ours.modules())
+    n_theirs = sum(isinstance(m, nn.Dropout) and m.p > 0 for m in theirs.modules())
+    assert n_ours == n_theirs == 2 + 2 * TINY.N + 3 * TINY.N  # embeddings + residuals
 
 
 def test_textbook_variant_uses_the_explicit_path():
@@ -304,10 +305,27 @@ def test_textbook_variant_uses_the_explicit_path():
     model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
     attn = [m for m in model.modules() if isinstance(m, MultiHeadedAttention)]
     assert all(m.store_attention and m.attn is not None for m in attn)
+    assert any(isinstance(m, tt.LayerNormByHand) for m in model.modules())
+
+
+@pytest.mark.parametrize("kind", ["ours_fp32", "nn_transformer_fp32"])
+def test_loss_on_real_tokens_only_gives_the_same_step(kind):
+    """Skipping padding positions in the generator changes nothing but the work done."""
+    batch = tt.make_batches(TINY, CPU)[0]
+    losses, params = [], []
+    for real in (False, True):
+        model = tt.BUILDERS[tt.VARIANTS[kind].builder](TINY, CPU)
+        torch.manual_seed(1)  # the same dropout masks in both steps
+        step = tt.make_step(tt.VARIANTS[kind].kind, model, TINY, CPU, real_tokens_only=real)
+        losses.append(step(batch))
+        params.append([p.detach().clone() for p in model.parameters()])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    for a, b in zip(*params):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_run_config_is_well_formed():
-    names = ["ours_fp32", "nn_transformer_fp32", "textbook_fp32", "ours_fp32_fast_loss"]
+    names = ["ours_fp32", "nn_transformer_fp32", "textbook_fp32", "ours_bf16_paper_dropout"]
     cfg = tt.dataclasses.replace(TINY, repeats=1)
     res = tt.run_config(cfg, names, CPU, measure_memory=False, verbose=False)
     assert set(res["variants"]) == set(names)
@@ -319,8 +337,13 @@ def test_run_config_is_well_formed():
         v["ours_fp32"]["tokens_per_s"] / v["textbook_fp32"]["tokens_per_s"]
     )
     assert v["nn_transformer_fp32"]["vs_nn_transformer_fp32"] == 1.0
-    assert v["ours_fp32_fast_loss"]["shipped"] is False and v["ours_fp32"]["shipped"] is True
-    assert res["fastest"]["shipped"]["variant"] in ("ours_fp32", "textbook_fp32")
+    assert v["ours_bf16_paper_dropout"]["paper_dropout"] is True
+    assert v["ours_bf16_paper_dropout"]["precision"] == "bf16-autocast"
+    assert v["ours_fp32"]["loss_on_real_tokens_only"] is True
+    assert v["nn_transformer_fp32"]["loss_on_real_tokens_only"] is False
+    assert v["textbook_fp32"]["loss_on_real_tokens_only"] is False
+    best = max(("ours_fp32", "ours_bf16_paper_dropout"), key=lambda k: v[k]["tokens_per_s"])
+    assert res["fastest"]["variant"] == best
     check = res["flop_counter_check"]
     assert check["counted_padded_flops_batch0"] == pytest.approx(
         check["analytic_padded_flops_batch0"]
@@ -335,14 +358,17 @@ def test_run_config_is_well_formed():
 def test_check_targets_reads_the_right_ratios():
     results = {
         "small": {
-            "ratios": {"ours_fp32_vs_nn_transformer_fp32": 1.2, "ours_fp32_vs_textbook_fp32": 1.4},
-            "fastest": {"shipped": {"variant": "ours_bf16", "vs_nn_transformer_fp32": 2.6}},
+            "ratios": {
+                "ours_fp32_vs_nn_transformer_fp32": 1.2,
+                "ours_fp32_vs_textbook_fp32": 1.4,
+                "ours_bf16_paper_dropout_vs_nn_transformer_fp32": 2.6,
+            },
         }
     }
     got = {(t["config"], t["ratio"]): t["met"] for t in tt.check_targets(results)}
     assert got[("small", "ours_fp32_vs_nn_transformer_fp32")] is True
     assert got[("small", "ours_fp32_vs_textbook_fp32")] is False
-    assert got[("small", "ours_bf16_vs_nn_transformer_fp32")] is True
+    assert got[("small", "ours_bf16_paper_dropout_vs_nn_transformer_fp32")] is True
     assert got[("base", "ours_fp32_vs_nn_transformer_fp32")] is None  # not measured
 
 
@@ -350,8 +376,8 @@ def test_micro_benchmarks_run():
     qkv = tt.fused_qkv_micro(16, 64, CPU, repeats=1)
     ln = tt.layernorm_micro(16, 64, CPU, repeats=1)
     loss = tt.loss_micro(30, 64, CPU, repeats=1)
-    assert qkv["separate_vs_fused_time"] > 0 and ln["ours_vs_fused_time"] > 0
-    assert loss["label_smoothing_vs_closed_form_time"] > 0
+    assert qkv["separate_vs_fused_time"] > 0 and ln["by_hand_vs_fused_time"] > 0
+    assert loss["definition_vs_closed_form_time"] > 0
 
 
 def test_bucketing_experiment_on_a_slice_of_multi30k():
