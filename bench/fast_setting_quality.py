@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--out", type=Path, default=RESULTS / "bench_quality.json")
     args = p.parse_args(argv)
     machine = machine_description()
+    commit = git_commit()  # at the start: the code that runs (files may change meanwhile)
     root = Path(args.run_root or tempfile.mkdtemp(prefix="quality_"))
     jobs = [
         (n, args.config, args.epochs, str(root / n), 1 if args.parallel else None) for n in SETTINGS
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "description": __doc__.strip().split("\n\n", 2)[1],
         "command": " ".join(["python", "bench/fast_setting_quality.py", *(argv or sys.argv[1:])]),
         "date": now_iso(),
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "machine": machine,
         "config": str(Path(args.config).resolve().relative_to(ROOT)),
         "runs": by_name,
