@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--no-memory", action="store_true", help="skip the profiler memory pass")
     p.add_argument("--out", type=Path, default=RESULTS / "bench_attention.json")
     args = p.parse_args(argv)
+    commit = git_commit()  # now: the code that runs, even if files change later
 
     torch.manual_seed(0)
     t_start = time.perf_counter()
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ["python", "bench/attention_scaling.py", *(sys.argv[1:] if argv is None else argv)]
         ),
         "date": now_iso(),
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "machine": machine,
         "device": str(device),
         "settings": {

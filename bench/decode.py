@@ -97,6 +97,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out", type=Path, default=RESULTS / "bench_decode.json")
     args = p.parse_args()
+    commit = git_commit()  # now: the code that runs, even if files change later
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -131,7 +132,7 @@ def main() -> int:
             "description": __doc__.split("\n\n")[0],
             "command": " ".join(["python", "bench/decode.py", *sys.argv[1:]]),
             "date": now_iso(),
-            "git_commit": git_commit(),
+            "git_commit": commit,
             "machine": machine,
             "load_average_end": load_average(),
             "wall_time_s": round(time.perf_counter() - start, 1),

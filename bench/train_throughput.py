@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -803,6 +804,46 @@ def loss_micro(
     }
 
 
+def attention_dtype_micro(
+    cfg: BenchConfig, device: torch.device, repeats: int = 10
+) -> dict[str, float]:
+    """Forward+backward of causal SDPA at cfg's shapes: fused kernel in fp32 and in bf16, and
+    the unfused "math" kernel in bf16 (which upcasts to fp32 inside).
+
+    Why the package attends in fp32 under bf16 autocast on a CPU (chapter 3): on CPUs without
+    AMX, PyTorch's fused CPU kernel is slower in bf16 than in fp32.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    g = torch.Generator().manual_seed(0)
+    B, h, n, d_k = cfg.batch_size, cfg.h, cfg.max_len, cfg.d_model // cfg.h
+    base = [torch.randn(B, h, n, d_k, generator=g).to(device) for _ in range(3)]
+    mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+    def run(dtype, backend):
+        q, k, v = (t.to(dtype).requires_grad_(True) for t in base)
+
+        def call():
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+
+        return call
+
+    fns = {
+        "fused_fp32": run(torch.float32, SDPBackend.FLASH_ATTENTION),
+        "fused_bf16": run(torch.bfloat16, SDPBackend.FLASH_ATTENTION),
+        "math_bf16": run(torch.bfloat16, SDPBackend.MATH),
+    }
+    times = interleaved_times(fns, 2, repeats)
+    ms = {k: 1e3 * median(v) for k, v in times.items()}
+    return {
+        "shape": [B, h, n, d_k],
+        **{f"{k}_ms": v for k, v in ms.items()},
+        "fused_bf16_vs_fused_fp32_time": ms["fused_bf16"] / ms["fused_fp32"],
+        "math_bf16_vs_fused_fp32_time": ms["math_bf16"] / ms["fused_fp32"],
+    }
+
+
 def bucketing_experiment(
     cfg: BenchConfig,
     device: torch.device,
@@ -932,6 +973,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", type=Path, default=RESULTS / "bench_train.json")
     args = p.parse_args(argv)
+    commit = git_commit()  # now: the code that runs, even if files change later
 
     t_start = time.perf_counter()
     device = torch.device(args.device)
@@ -985,6 +1027,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         extras["fused_qkv"] = [fused_qkv_micro(d, 3000, device) for d in d_models]
         extras["layernorm"] = [layernorm_micro(d, 3000, device) for d in d_models]
         extras["loss"] = loss_micro(CONFIGS[args.configs[0]].vocab, 2500, device)
+        extras["attention_dtype"] = attention_dtype_micro(CONFIGS[args.configs[0]], device)
+        print(
+            "causal SDPA fwd+bwd, fused bf16 / fused fp32 time "
+            f"{extras['attention_dtype']['fused_bf16_vs_fused_fp32_time']:.2f}",
+            flush=True,
+        )
         for row in extras["layernorm"]:
             print(
                 f"LayerNorm d_model={row['d_model']}: by hand/fused time "
@@ -1044,7 +1092,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ["python", "bench/train_throughput.py", *(sys.argv[1:] if argv is None else argv)]
         ),
         "date": now_iso(),
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "machine": machine,
         "device": str(device),
         "matmul_peak_flops": {

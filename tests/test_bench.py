@@ -378,6 +378,10 @@ def test_micro_benchmarks_run():
     loss = tt.loss_micro(30, 64, CPU, repeats=1)
     assert qkv["separate_vs_fused_time"] > 0 and ln["by_hand_vs_fused_time"] > 0
     assert loss["definition_vs_closed_form_time"] > 0
+    att = tt.attention_dtype_micro(TINY, CPU, repeats=1)
+    assert att["fused_bf16_vs_fused_fp32_time"] == pytest.approx(
+        att["fused_bf16_ms"] / att["fused_fp32_ms"]
+    )
 
 
 def test_bucketing_experiment_on_a_slice_of_multi30k():
