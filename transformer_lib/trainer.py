@@ -407,8 +407,8 @@ def _loss_on_real_tokens(cfg, device, model, criterion, out, tgt_y):
 
     Padding positions add exactly 0 to the loss, so the generator (the largest matrix product
     of a small model: d_model x vocab per token) and its log-softmax skip them; with the
-    random batches of bench/train_throughput.py that is a third of the positions. In fp32 (the
-    log-softmax autocasts to fp32 anyway, and the loss needs the precision).
+    random batches of bench/train_throughput.py that is a third of the positions. The loss is
+    computed in fp32 (under autocast the log-softmax already returns fp32).
     """
     keep = tgt_y != PAD  # (B, T)
     with _autocast(cfg, device):
