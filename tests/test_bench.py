@@ -309,14 +309,14 @@ def test_textbook_variant_uses_the_explicit_path():
 
 
 @pytest.mark.parametrize("kind", ["ours_fp32", "nn_transformer_fp32"])
-def test_loss_on_real_tokens_only_gives_the_same_step(kind):
-    """Skipping padding positions in the generator changes nothing but the work done."""
+def test_trainer_step_gives_the_same_step(kind):
+    """Skipping padding positions in the generator, and fused Adam, change nothing but speed."""
     batch = tt.make_batches(TINY, CPU)[0]
     losses, params = [], []
     for real in (False, True):
         model = tt.BUILDERS[tt.VARIANTS[kind].builder](TINY, CPU)
         torch.manual_seed(1)  # the same dropout masks in both steps
-        step = tt.make_step(tt.VARIANTS[kind].kind, model, TINY, CPU, real_tokens_only=real)
+        step = tt.make_step(tt.VARIANTS[kind].kind, model, TINY, CPU, trainer_step=real)
         losses.append(step(batch))
         params.append([p.detach().clone() for p in model.parameters()])
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
@@ -339,9 +339,9 @@ def test_run_config_is_well_formed():
     assert v["nn_transformer_fp32"]["vs_nn_transformer_fp32"] == 1.0
     assert v["ours_bf16_paper_dropout"]["paper_dropout"] is True
     assert v["ours_bf16_paper_dropout"]["precision"] == "bf16-autocast"
-    assert v["ours_fp32"]["loss_on_real_tokens_only"] is True
-    assert v["nn_transformer_fp32"]["loss_on_real_tokens_only"] is False
-    assert v["textbook_fp32"]["loss_on_real_tokens_only"] is False
+    assert v["ours_fp32"]["trainer_step"] is True
+    assert v["nn_transformer_fp32"]["trainer_step"] is False
+    assert v["textbook_fp32"]["trainer_step"] is False
     best = max(("ours_fp32", "ours_bf16_paper_dropout"), key=lambda k: v[k]["tokens_per_s"])
     assert res["fastest"]["variant"] == best
     check = res["flop_counter_check"]

@@ -301,9 +301,10 @@ def train(
         tok = load_tokenizer(run_dir / "tokenizer.json")  # every rank uses rank 0's file
     vocab = tok.get_vocab_size()
     model = make_model(**cfg.model_kwargs(vocab)).to(device)
+    # fused: one kernel updates every parameter (PyTorch's foreach Adam makes several passes)
     optimizer = torch.optim.Adam(
         model.parameters(), lr=1.0, betas=cfg.adam_betas, eps=cfg.adam_eps,
-        weight_decay=cfg.weight_decay,
+        weight_decay=cfg.weight_decay, fused=device.type in ("cpu", "cuda") or None,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: rate(s, cfg.d_model, cfg.lr_factor, cfg.warmup)
