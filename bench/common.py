@@ -88,13 +88,17 @@ def machine_description() -> dict[str, Any]:
 
 
 def git_commit() -> str:
-    """``git rev-parse HEAD`` of the repository, with ``-dirty`` if tracked files changed."""
+    """``git rev-parse HEAD`` of the repository, with ``-dirty`` if tracked files changed.
+
+    Changes under ``results/`` do not count: they are what the benchmarks write, not code that
+    runs (one benchmark's fresh output must not mark the next one's commit as dirty).
+    """
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results"],
             cwd=ROOT,
             capture_output=True,
             text=True,
