@@ -4,13 +4,16 @@
     python bench/train_throughput.py --configs small --compile --out /tmp/t.json
 
 One training step is: forward, generator (Linear + log_softmax), label-smoothed loss, backward,
-Adam step. Three models do it on the same seeded batches (lengths 16–64, padded, with masks):
+Adam step. Four models do it on the same seeded batches (lengths 16–64, padded, with masks):
 
-* ``ours``: ``transformer_lib.model.make_model`` (SDPA fast path in every attention layer);
+* ``ours``: ``transformer_lib.model.make_model`` (SDPA fast path in every attention layer), in
+  the step of ``transformer_lib.trainer`` (generator on non-padding positions, fused Adam);
 * ``nn_transformer``: ``torch.nn.Transformer`` with the same sizes, dropout and norm placement
   (post-norm), fed by the same embedding modules (a deep copy of ours: scaled embeddings +
-  sinusoidal positions + dropout) and the same generator and loss. nn.Transformer's encoder and
-  decoder always end with an extra LayerNorm (two more LayerNorms than ours): a negligible cost;
+  sinusoidal positions + dropout) and the same generator and loss, in a plain training loop's
+  step (generator on every position, default Adam; the ``_trainer_step`` variant gives it ours).
+  nn.Transformer's encoder and decoder always end with an extra LayerNorm (two more LayerNorms
+  than ours): a negligible cost;
 * ``textbook``: the same model with every piece computed the way its formula reads, i.e. the
   reference definitions the chapters test the package against: chapter 1's explicit
   ``softmax(QKᵀ/√d_k)V`` in every attention layer (``store_attention = True``), chapter 5's
