@@ -2,16 +2,16 @@
 
     python bench/fast_setting_quality.py            # writes results/bench_quality.json
 
-Trains chapter 8's model (configs/multi30k_small.toml) twice from the same seed, on the same
-batches in the same order, for the same number of optimizer steps: once in fp32 with the
-config's dropout everywhere (the "same math" setting of bench/train_throughput.py), once with
+Trains chapter 8's model (configs/multi30k_small.toml) from the same seed, on the same
+batches in the same order, for the same number of optimizer steps: in fp32 with the
+config's dropout everywhere (the "same math" setting of bench/train_throughput.py), and with
 the trainer's ``fast = true`` (bf16 autocast, no dropout on attention weights or FFN hidden
 activations). It reports the label-smoothed validation loss per token after those steps and
 their relative difference (the performance issue asks for at most 1%). A third run, fp32 with
 the fast setting's dropout placement, separates the two changes: fast vs it is the effect of
 bf16 alone, it vs fp32 the effect of the dropout placement.
 
-The two runs go one after the other by default. ``--parallel`` runs them side by side with one
+The runs go one after the other by default. ``--parallel`` runs them side by side with one
 thread each, which gives the same losses (the training is deterministic) in less wall time, but
 then the minutes each run took are not a throughput measurement: use train_throughput.py.
 """
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="continue (or just read) runs already in --run-root (training is deterministic)",
     )
-    p.add_argument("--run-root", default=None, help="where the two run directories go")
+    p.add_argument("--run-root", default=None, help="where the run directories go")
     p.add_argument("--out", type=Path, default=RESULTS / "bench_quality.json")
     args = p.parse_args(argv)
     machine = machine_description()

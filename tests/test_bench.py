@@ -409,3 +409,34 @@ def test_train_main_writes_json(tmp_path):
         assert key in data
     assert data["same_math_max_abs_diff"] < 1e-4
     assert "ours_fp32_vs_nn_transformer_fp32" in data["configs"]["tiny"]["ratios"]
+
+
+# --------------------------------------------------------------------------- fast-setting quality
+
+import fast_setting_quality as fq  # noqa: E402
+
+
+def test_quality_benchmark_on_the_tiny_config(tmp_path):
+    """Three short runs from one seed; --resume reads them back without training again."""
+    tiny = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.toml")
+    args = ["--config", tiny, "--epochs", "1", "--run-root", str(tmp_path / "runs")]
+    try:
+        out = fq.main([*args, "--out", str(tmp_path / "q.json")])
+    except FileNotFoundError as err:  # no Multi30k here
+        pytest.skip(f"Multi30k is not available: {err}")
+    runs = out["runs"]
+    assert set(runs) == {"fp32", "fast", "fp32_paper_dropout"}
+    assert runs["fast"]["resolved"] == {
+        "precision": "bf16", "dropout": 0.0, "attn_dropout": 0.0, "ffn_dropout": 0.0
+    }
+    assert runs["fp32"]["resolved"]["precision"] == "fp32"
+    assert len({r["steps"] for r in runs.values()}) == 1  # the same number of steps
+    fp32, fast = runs["fp32"]["val_loss"], runs["fast"]["val_loss"]
+    assert out["val_loss_fast_vs_fp32_relative_difference"] == pytest.approx((fast - fp32) / fp32)
+    assert out["target"]["met"] == (abs((fast - fp32) / fp32) <= 0.01)
+    again = fq.main([*args, "--resume", "--out", str(tmp_path / "q2.json")])
+    assert all(r["resumed_from_existing_run"] for r in again["runs"].values())
+    assert {k: r["val_loss"] for k, r in again["runs"].items()} == {
+        k: r["val_loss"] for k, r in runs.items()
+    }
+    assert json.loads((tmp_path / "q2.json").read_text())["git_commit"] == out["git_commit"]
