@@ -65,10 +65,14 @@ from common import (  # noqa: E402
     write_json,
 )
 
-from transformer_lib.layers import LayerNorm  # noqa: E402
+from transformer_lib.layers import LayerNorm, layer_norm_by_hand  # noqa: E402
 from transformer_lib.model import make_model  # noqa: E402
 from transformer_lib.multihead import MultiHeadedAttention  # noqa: E402
-from transformer_lib.training import Batch, LabelSmoothing  # noqa: E402
+from transformer_lib.training import (  # noqa: E402
+    Batch,
+    LabelSmoothing,
+    smoothed_kl_by_definition,
+)
 
 PAD = 0
 
@@ -224,7 +228,7 @@ def build_nn(
 
 
 class LayerNormByHand(nn.Module):
-    """Chapter 5's LayerNorm formula written out (the definition ``LayerNorm`` is tested against).
+    """A module around chapter 5's ``layer_norm_by_hand``, with an existing LayerNorm's parameters.
 
     mean, biased variance, subtract, add eps, square root, divide, scale, shift: seven
     elementwise/reduction operations, each a pass over the tensor, and as many in the backward.
@@ -235,9 +239,7 @@ class LayerNormByHand(nn.Module):
         self.weight, self.bias, self.eps = norm.weight, norm.bias, norm.eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = x.mean(-1, keepdim=True)  # (..., 1)
-        var = x.var(-1, keepdim=True, correction=0)  # (..., 1)
-        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+        return layer_norm_by_hand(x, self.weight, self.bias, self.eps)
 
 
 def layernorms_by_hand(model: nn.Module) -> int:
@@ -291,9 +293,7 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
 
 def kl_by_definition(logp: torch.Tensor, target: torch.Tensor, crit: LabelSmoothing):
     """Chapter 6's definition: the dense (N, V) smoothed target, then the safe KL sum."""
-    p = crit.target_distribution(target, logp.dtype)  # (N, V)
-    log_q = logp.masked_fill(p == 0, 0.0)
-    return (torch.xlogy(p, p) - p * log_q).sum()
+    return smoothed_kl_by_definition(logp, crit.target_distribution(target, logp.dtype))
 
 
 def make_step(
@@ -471,7 +471,7 @@ class Variant:
     trainer_step: bool | None = None
 
     @property
-    def real_tokens(self) -> bool:
+    def uses_trainer_step(self) -> bool:
         """Whether the step is the trainer's (the generator then sees real tokens only)."""
         if self.trainer_step is not None:
             return self.trainer_step
@@ -533,7 +533,7 @@ def build_variant(name: str, cfg: BenchConfig, device: torch.device, compile: bo
         runner = torch.compile(model)  # `runner.generator` reaches the (uncompiled) generator
     dense = v.builder == "textbook"
     return model, make_step(
-        v.kind, runner, cfg, device, v.amp, dense_loss=dense, trainer_step=v.real_tokens
+        v.kind, runner, cfg, device, v.amp, dense_loss=dense, trainer_step=v.uses_trainer_step
     )
 
 
@@ -588,12 +588,12 @@ def run_config(
             "precision": "bf16-autocast" if v.amp is torch.bfloat16 else "fp32",
             "compiled": name.endswith("_compiled"),
             "paper_dropout": v.paper_dropout,
-            "trainer_step": v.real_tokens,
+            "trainer_step": v.uses_trainer_step,
             "round_s_median": t,
             "round_s_all": [round(x, 4) for x in ts],
             "tokens_per_s": tokens / t,
             "model_tflops_per_s": flops_model / t / 1e12,
-            "padded_tflops_per_s": flops_padded[v.real_tokens] / t / 1e12,
+            "padded_tflops_per_s": flops_padded[v.uses_trainer_step] / t / 1e12,
             "peak_step_memory_bytes": None,
         }
         if name in compile_s:
@@ -638,7 +638,7 @@ def run_config(
                 cfg,
                 batches[0],
                 padded=True,
-                real_token_generator=VARIANTS[variants[0]].real_tokens,
+                real_token_generator=VARIANTS[variants[0]].uses_trainer_step,
             ),
         },
         "timing_wall_s": timing_s,

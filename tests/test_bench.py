@@ -223,7 +223,7 @@ def test_analytic_flops_equal_flop_counter(variant):
     _, step = tt.build_variant(variant, TINY, CPU)
     batch = tt.make_batches(TINY, CPU)[0]
     counted = tt.counted_flops(step, batch)
-    real = tt.VARIANTS[variant].real_tokens  # the generator on non-padding positions only
+    real = tt.VARIANTS[variant].uses_trainer_step  # the generator on non-padding positions only
     expected = tt.train_flops(TINY, batch, padded=True, real_token_generator=real)
     assert counted == pytest.approx(expected, rel=1e-9)
 

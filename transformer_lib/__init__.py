@@ -9,6 +9,7 @@ from .multihead import MultiHeadedAttention
 from .positional import sinusoidal_positions, PositionalEncoding, LearnedPositionalEmbedding
 from .layers import (
     Embeddings,
+    layer_norm_by_hand,
     LayerNorm,
     SublayerConnection,
     PositionwiseFeedForward,
@@ -22,6 +23,7 @@ from .layers import (
 from .model import EncoderDecoder, make_model, count_parameters
 from .training import (
     Batch,
+    smoothed_kl_by_definition,
     LabelSmoothing,
     rate,
     SimpleLossCompute,
@@ -73,6 +75,7 @@ __all__ = [
     "PositionalEncoding",
     "LearnedPositionalEmbedding",
     "Embeddings",
+    "layer_norm_by_hand",
     "LayerNorm",
     "SublayerConnection",
     "PositionwiseFeedForward",
@@ -86,6 +89,7 @@ __all__ = [
     "make_model",
     "count_parameters",
     "Batch",
+    "smoothed_kl_by_definition",
     "LabelSmoothing",
     "rate",
     "SimpleLossCompute",

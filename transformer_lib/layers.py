@@ -5,6 +5,7 @@ Edit the chapter and run `make export`."""
 
 __all__ = [
     "Embeddings",
+    "layer_norm_by_hand",
     "LayerNorm",
     "SublayerConnection",
     "PositionwiseFeedForward",
@@ -57,6 +58,17 @@ class Embeddings(nn.Module):
             got = x.dtype if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must be a tensor of integer token ids (torch.long), got {got}")
         return self.lut(x) * math.sqrt(self.d_model)  # (batch, len, d_model)
+
+
+def layer_norm_by_hand(x: Tensor, g: Tensor, b: Tensor, eps: float = 1e-6) -> Tensor:
+    """g * (x - mean) / sqrt(var + eps) + b over the last dimension, written out.
+
+    The reference definition ``LayerNorm`` is tested against (and the benchmarks' textbook
+    model uses): x (..., d), gain g and bias b (d,) -> same shape as x. Defined in chapter 5.
+    """
+    mean = x.mean(-1, keepdim=True)  # (..., 1)
+    var = x.var(-1, keepdim=True, correction=0)  # (..., 1), biased: divides by d
+    return g * (x - mean) / torch.sqrt(var + eps) + b
 
 
 class LayerNorm(nn.Module):
