@@ -65,12 +65,13 @@ from common import (  # noqa: E402
     write_json,
 )
 
-from transformer_lib.layers import LayerNorm, layer_norm_by_hand  # noqa: E402
+from transformer_lib.layers import Dropout, Generator, LayerNorm, layer_norm_by_hand  # noqa: E402
 from transformer_lib.model import make_model  # noqa: E402
 from transformer_lib.multihead import MultiHeadedAttention  # noqa: E402
 from transformer_lib.training import (  # noqa: E402
     Batch,
     LabelSmoothing,
+    output_loss,
     smoothed_kl_by_definition,
 )
 
@@ -178,9 +179,14 @@ class NNTransformerSeq2Seq(nn.Module):
 
 
 def build_ours(
-    cfg: BenchConfig, device: torch.device, seed: int = 0, paper_dropout: bool = False
+    cfg: BenchConfig,
+    device: torch.device,
+    seed: int = 0,
+    paper_dropout: bool = False,
+    skip_padding: bool = True,
 ) -> nn.Module:
-    """``make_model`` at cfg's size; ``paper_dropout`` sets attention and FFN dropout to 0."""
+    """``make_model`` at cfg's size; ``paper_dropout`` sets attention and FFN dropout to 0;
+    ``skip_padding=False`` runs the feed-forward blocks on padding positions too."""
     torch.manual_seed(seed)
     extra = {"attn_dropout": 0.0, "ffn_dropout": 0.0} if paper_dropout else {}
     return make_model(
@@ -191,14 +197,24 @@ def build_ours(
         d_ff=cfg.d_ff,
         h=cfg.h,
         dropout=cfg.dropout,
+        skip_padding=skip_padding,
         **extra,
     ).to(device)
 
 
 def build_nn(
-    cfg: BenchConfig, device: torch.device, seed: int = 0, paper_dropout: bool = False
+    cfg: BenchConfig,
+    device: torch.device,
+    seed: int = 0,
+    paper_dropout: bool = False,
+    skip_padding: bool = False,
 ) -> NNTransformerSeq2Seq:
-    """nn.Transformer with cfg's sizes, post-norm, ReLU; embeddings/generator copied from ours."""
+    """nn.Transformer with cfg's sizes, post-norm, ReLU; embeddings/generator copied from ours.
+
+    ``skip_padding`` must be False: nn.Transformer's training path computes every position.
+    """
+    if skip_padding:
+        raise ValueError("skip_padding must be False for nn.Transformer")
     ours = build_ours(cfg, torch.device("cpu"), seed)
     core = nn.Transformer(
         d_model=cfg.d_model,
@@ -267,17 +283,27 @@ def explicit_attention(model: nn.Module, n_expected: int) -> nn.Module:
 
 
 def build_explicit_attention(
-    cfg: BenchConfig, device: torch.device, seed: int = 0, paper_dropout: bool = False
+    cfg: BenchConfig,
+    device: torch.device,
+    seed: int = 0,
+    paper_dropout: bool = False,
+    skip_padding: bool = True,
 ) -> nn.Module:
     """Ours with every attention layer on chapter 1's explicit path (``store_attention``)."""
-    return explicit_attention(build_ours(cfg, device, seed, paper_dropout), 3 * cfg.N)
+    model = build_ours(cfg, device, seed, paper_dropout, skip_padding)
+    return explicit_attention(model, 3 * cfg.N)
 
 
 def build_textbook(
-    cfg: BenchConfig, device: torch.device, seed: int = 0, paper_dropout: bool = False
+    cfg: BenchConfig,
+    device: torch.device,
+    seed: int = 0,
+    paper_dropout: bool = False,
+    skip_padding: bool = False,
 ) -> nn.Module:
-    """Ours with explicit attention and LayerNorm by hand (the step adds the dense loss)."""
-    model = build_explicit_attention(cfg, device, seed, paper_dropout)
+    """Ours with explicit attention, LayerNorm by hand and every position computed, as the
+    Annotated Transformer does (the step adds the dense loss)."""
+    model = build_explicit_attention(cfg, device, seed, paper_dropout, skip_padding)
     layernorms_by_hand(model)
     return model
 
@@ -314,10 +340,14 @@ def make_step(
     (as ``transformer_lib.trainer`` does) with chapter 6's ``LabelSmoothing``, the same for
     every model, or with ``dense_loss`` by its definition (:func:`kl_by_definition`).
     ``trainer_step`` does what ``transformer_lib.trainer`` does: the generator runs on the
-    non-padding target positions only (padding positions add exactly 0 to the loss), and Adam
-    is PyTorch's fused implementation (one kernel for the whole update); otherwise the step is a
-    plain training loop's: the generator on every position and the default Adam.
+    non-padding target positions only (padding positions add exactly 0 to the loss), through
+    chapter 6's chunked ``output_loss`` (the same loss, no (N, V) tensor held), and Adam is
+    PyTorch's fused implementation (one kernel for the whole update); otherwise the step is a
+    plain training loop's: the generator on every position, then the criterion, and the default
+    Adam. ``dense_loss`` with ``trainer_step`` is an error (the trainer has no dense loss).
     """
+    if dense_loss and trainer_step:
+        raise ValueError("dense_loss and trainer_step cannot be combined")
     if kind not in ("ours", "nn"):
         raise ValueError(f"kind must be 'ours' or 'nn', got {kind!r}")
     model.train()
@@ -332,13 +362,14 @@ def make_step(
                 out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (B, T, d_model)
             else:
                 out = model(b.src, b.tgt)
-            if trainer_step:
+            if trainer_step:  # the trainer's loss: real tokens only, chunked (chapter 6)
                 keep = b.tgt_y != PAD  # (B, T)
-                logp, y = model.generator(out[keep]), b.tgt_y[keep]  # (n_real, vocab), (n_real,)
+                loss = output_loss(model.generator, criterion, out[keep], b.tgt_y[keep])
             else:
                 logp, y = model.generator(out), b.tgt_y  # (B, T, vocab), (B, T)
-        logp, y = logp.float().reshape(-1, logp.size(-1)), y.reshape(-1)
-        loss = kl_by_definition(logp, y, criterion) if dense_loss else criterion(logp, y)
+        if not trainer_step:
+            logp, y = logp.float().reshape(-1, logp.size(-1)), y.reshape(-1)
+            loss = kl_by_definition(logp, y, criterion) if dense_loss else criterion(logp, y)
         loss = loss / float(b.ntokens)
         loss.backward()
         opt.step()
@@ -352,7 +383,11 @@ def make_step(
 
 
 def train_flops(
-    cfg: BenchConfig, batch: Batch, padded: bool = False, real_token_generator: bool = False
+    cfg: BenchConfig,
+    batch: Batch,
+    padded: bool = False,
+    real_token_generator: bool = False,
+    skip_padding: bool = False,
 ) -> float:
     """Analytic FLOPs of one training step: forward matmuls × 3 (backward = 2 × forward).
 
@@ -365,7 +400,8 @@ def train_flops(
 
     ``padded=False`` counts each sentence at its own length (the useful work: model FLOPs);
     ``padded=True`` counts the padded tensors (what the kernels execute), except for the
-    generator when ``real_token_generator`` (it then runs on the real target tokens only).
+    generator when ``real_token_generator`` (it then runs on the real target tokens only) and
+    for the feed-forward blocks when ``skip_padding`` (they then run on the real tokens only).
     """
     d, d_ff, V = cfg.d_model, cfg.d_ff, cfg.vocab
     src_mask = batch.src != PAD  # (B, S)
@@ -377,8 +413,10 @@ def train_flops(
         s = src_mask.sum(1).double().cpu()
         t = tgt_mask.sum(1).double().cpu()
     S, T = float(s.sum()), float(t.sum())
-    enc_linear = cfg.N * (4 * d * d + 2 * d * d_ff) * S
-    dec_linear = cfg.N * ((4 * d * d + 2 * d * d + 2 * d * d_ff) * T + 2 * d * d * S)
+    # the feed-forward blocks' tokens: the padded tensors, or the real tokens when skipping
+    S_ffn, T_ffn = (float(src_mask.sum()), float(tgt_mask.sum())) if skip_padding else (S, T)
+    enc_linear = cfg.N * (4 * d * d * S + 2 * d * d_ff * S_ffn)
+    dec_linear = cfg.N * ((4 * d * d + 2 * d * d) * T + 2 * d * d_ff * T_ffn + 2 * d * d * S)
     gen_linear = d * V * (float((batch.tgt_y != PAD).sum()) if real_token_generator else T)
     attn = cfg.N * 4 * d * float((s * s).sum() + (t * t).sum() + (t * s).sum())
     forward = 2 * (enc_linear + dec_linear + gen_linear) + attn
@@ -469,12 +507,22 @@ class Variant:
     # the package trainer's step (generator on non-padding positions, fused Adam); None: the
     # builder's default, True for ours/explicit_attention, False for nn and textbook
     trainer_step: bool | None = None
+    # feed-forward blocks on the visible positions only (make_model's default); None: the
+    # builder's default, True for ours/explicit_attention, False for nn and textbook
+    skip_padding: bool | None = None
 
     @property
     def uses_trainer_step(self) -> bool:
         """Whether the step is the trainer's (the generator then sees real tokens only)."""
         if self.trainer_step is not None:
             return self.trainer_step
+        return self.builder in ("ours", "explicit_attention")
+
+    @property
+    def skips_padding(self) -> bool:
+        """Whether the feed-forward blocks skip the padding positions."""
+        if self.skip_padding is not None:
+            return self.skip_padding
         return self.builder in ("ours", "explicit_attention")
 
     @property
@@ -485,6 +533,7 @@ class Variant:
 BF16 = torch.bfloat16
 VARIANTS = {
     "ours_fp32": Variant("ours"),
+    "ours_fp32_no_padding_skip": Variant("ours", skip_padding=False),
     "nn_transformer_fp32": Variant("nn"),
     "nn_transformer_fp32_trainer_step": Variant("nn", trainer_step=True),
     "textbook_fp32": Variant("textbook"),
@@ -495,6 +544,9 @@ VARIANTS = {
     "ours_fp32_paper_dropout": Variant("ours", paper_dropout=True),
     "nn_transformer_fp32_paper_dropout": Variant("nn", paper_dropout=True),
     "ours_bf16_paper_dropout": Variant("ours", BF16, paper_dropout=True),
+    "ours_bf16_paper_dropout_no_padding_skip": Variant(
+        "ours", BF16, paper_dropout=True, skip_padding=False
+    ),
     "nn_transformer_bf16_paper_dropout": Variant("nn", BF16, paper_dropout=True),
 }
 BUILDERS = {
@@ -507,6 +559,7 @@ DEFAULT_VARIANTS = {
     "small": list(VARIANTS),
     "base": [
         "ours_fp32",
+        "ours_fp32_no_padding_skip",
         "nn_transformer_fp32",
         "nn_transformer_fp32_trainer_step",
         "textbook_fp32",
@@ -527,7 +580,9 @@ FAST_SETTING = "ours_bf16_paper_dropout"
 def build_variant(name: str, cfg: BenchConfig, device: torch.device, compile: bool = False):
     """(model, step function) of a named variant; ``compile`` wraps the model in torch.compile."""
     v = VARIANTS[name]
-    model = BUILDERS[v.builder](cfg, device, paper_dropout=v.paper_dropout)
+    model = BUILDERS[v.builder](
+        cfg, device, paper_dropout=v.paper_dropout, skip_padding=v.skips_padding
+    )
     runner = model
     if compile:
         runner = torch.compile(model)  # `runner.generator` reaches the (uncompiled) generator
@@ -575,9 +630,13 @@ def run_config(
     )
     timing_s = time.perf_counter() - t0
     flops_model = sum(train_flops(cfg, b) for b in batches)
-    flops_padded = {
-        real: sum(train_flops(cfg, b, padded=True, real_token_generator=real) for b in batches)
+    flops_padded = {  # (generator on real tokens only, feed-forward skips padding)
+        (real, skip): sum(
+            train_flops(cfg, b, padded=True, real_token_generator=real, skip_padding=skip)
+            for b in batches
+        )
         for real in (False, True)
+        for skip in (False, True)
     }
     rows = {}
     for name, ts in times.items():
@@ -589,11 +648,12 @@ def run_config(
             "compiled": name.endswith("_compiled"),
             "paper_dropout": v.paper_dropout,
             "trainer_step": v.uses_trainer_step,
+            "skip_padding": v.skips_padding,
             "round_s_median": t,
             "round_s_all": [round(x, 4) for x in ts],
             "tokens_per_s": tokens / t,
             "model_tflops_per_s": flops_model / t / 1e12,
-            "padded_tflops_per_s": flops_padded[v.uses_trainer_step] / t / 1e12,
+            "padded_tflops_per_s": flops_padded[v.uses_trainer_step, v.skips_padding] / t / 1e12,
             "peak_step_memory_bytes": None,
         }
         if name in compile_s:
@@ -628,8 +688,9 @@ def run_config(
         "target_tokens_per_round": tokens,
         "model_flops_per_round": flops_model,
         "padded_flops_per_round": {
-            "generator_on_all_positions": flops_padded[False],
-            "generator_on_real_tokens": flops_padded[True],
+            "generator_on_all_positions": flops_padded[False, False],
+            "generator_on_real_tokens": flops_padded[True, False],
+            "generator_and_ffn_on_real_tokens": flops_padded[True, True],
         },
         "flop_counter_check": {
             "variant": variants[0],
@@ -639,6 +700,7 @@ def run_config(
                 batches[0],
                 padded=True,
                 real_token_generator=VARIANTS[variants[0]].uses_trainer_step,
+                skip_padding=VARIANTS[variants[0]].skips_padding,
             ),
         },
         "timing_wall_s": timing_s,
@@ -685,6 +747,8 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         ("ours_bf16_paper_dropout", "ours_bf16"),
         ("ours_bf16_paper_dropout", "nn_transformer_bf16_paper_dropout"),
         ("ours_bf16_paper_dropout", "ours_fp32_paper_dropout"),
+        ("ours_fp32", "ours_fp32_no_padding_skip"),
+        (FAST_SETTING, f"{FAST_SETTING}_no_padding_skip"),
         (f"{FAST_SETTING}_compiled", FAST_SETTING),
     ]
     out = {}
@@ -813,6 +877,89 @@ def loss_micro(
         "definition_ms": 1e3 * c,
         "closed_form_ms": 1e3 * f,
         "definition_vs_closed_form_time": c / f,
+    }
+
+
+def output_loss_micro(
+    d_model: int, vocab: int, tokens: int, device: torch.device, repeats: int = 5
+) -> list[dict[str, Any]]:
+    """Generator + loss, forward+backward: log-probabilities then ``LabelSmoothing`` (plain)
+    vs ``output_loss`` (chunked, gradients computed as it goes), in fp32 and bf16 autocast.
+
+    The same loss and gradients (checked in fp32); the plain form writes and reads the (N, V)
+    logits and log-probabilities several times over, the chunked one keeps pieces in cache.
+    """
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(tokens, d_model, generator=g).to(device).requires_grad_(True)
+    target = torch.randint(1, vocab, (tokens,), generator=g).to(device)
+    torch.manual_seed(0)
+    gen = Generator(d_model, vocab).to(device)
+    crit = LabelSmoothing(vocab, PAD, 0.1).to(device)
+
+    def plain():
+        return crit(gen(h).float(), target)
+
+    def chunked():
+        return output_loss(gen, crit, h, target)
+
+    grads = []
+    for f in (plain, chunked):
+        h.grad = gen.proj.weight.grad = gen.proj.bias.grad = None
+        loss = f()
+        loss.backward()
+        grads.append((loss.detach(), h.grad, gen.proj.weight.grad, gen.proj.bias.grad))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+    rows = []
+    for amp in (None, torch.bfloat16):
+
+        def run(f, amp=amp):
+            def go():
+                with _autocast(device, amp):
+                    loss = f()
+                loss.backward()
+
+            return go
+
+        times = interleaved_times({"plain": run(plain), "chunked": run(chunked)}, 1, repeats)
+        p_, c_ = median(times["plain"]), median(times["chunked"])
+        rows.append(
+            {
+                "precision": "fp32" if amp is None else "bf16-autocast",
+                "d_model": d_model,
+                "vocab": vocab,
+                "tokens": tokens,
+                "plain_ms": 1e3 * p_,
+                "chunked_ms": 1e3 * c_,
+                "plain_vs_chunked_time": p_ / c_,
+            }
+        )
+    return rows
+
+
+def dropout_micro(
+    d_model: int, tokens: int, device: torch.device, p: float = 0.1, repeats: int = 5
+) -> dict[str, Any]:
+    """Forward+backward of ``nn.Dropout`` vs chapter 5's ``Dropout`` (mask: uniform >= p)."""
+    x = torch.randn(tokens, d_model, device=device, requires_grad=True)
+    mods = {"nn_dropout": nn.Dropout(p), "ours": Dropout(p)}
+
+    def run(mod):
+        def go():
+            x.grad = None
+            mod(x).sum().backward()
+
+        return go
+
+    times = interleaved_times({k: run(m) for k, m in mods.items()}, 1, repeats)
+    a, b = median(times["nn_dropout"]), median(times["ours"])
+    return {
+        "d_model": d_model,
+        "tokens": tokens,
+        "p": p,
+        "nn_dropout_ms": 1e3 * a,
+        "ours_ms": 1e3 * b,
+        "nn_dropout_vs_ours_time": a / b,
     }
 
 
@@ -1062,6 +1209,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         extras["fused_qkv"] = [fused_qkv_micro(d, 3000, device) for d in d_models]
         extras["layernorm"] = [layernorm_micro(d, 3000, device) for d in d_models]
         extras["loss"] = loss_micro(CONFIGS[args.configs[0]].vocab, 2500, device)
+        first = CONFIGS[args.configs[0]]
+        extras["output_loss"] = output_loss_micro(first.d_model, first.vocab, 2500, device)
+        extras["dropout"] = [dropout_micro(d, 4096, device) for d in d_models]
         extras["attention_dtype"] = attention_dtype_micro(CONFIGS[args.configs[0]], device)
         print(
             "causal SDPA fwd+bwd, fused bf16 / fused fp32 time "
@@ -1079,6 +1229,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{extras['loss']['definition_vs_closed_form_time']:.2f}",
             flush=True,
         )
+        for row in extras["output_loss"]:
+            print(
+                f"generator + loss {row['precision']}: plain/chunked time "
+                f"{row['plain_vs_chunked_time']:.2f}",
+                flush=True,
+            )
+        for row in extras["dropout"]:
+            print(
+                f"dropout d_model={row['d_model']}: nn.Dropout/ours time "
+                f"{row['nn_dropout_vs_ours_time']:.2f}",
+                flush=True,
+            )
         for row in extras["fused_qkv"]:
             print(
                 f"fused QKV d_model={row['d_model']}: separate/fused time "

@@ -15,6 +15,7 @@ from torch import nn
 from transformer_lib.layers import (
     Decoder,
     DecoderLayer,
+    Dropout,
     Embeddings,
     Encoder,
     EncoderLayer,
@@ -23,6 +24,8 @@ from transformer_lib.layers import (
     PositionwiseFeedForward,
     SublayerConnection,
     clones,
+    on_positions,
+    visible_positions,
 )
 from transformer_lib.multihead import MultiHeadedAttention
 
@@ -177,14 +180,45 @@ def test_sublayer_connection_dropout_acts_on_the_sublayer_output_only(norm_first
     torch.manual_seed(1)
     out = block(x, sub)
     torch.manual_seed(1)  # same random stream: dropout is the only random operation
+    drop = Dropout(0.5)  # tested on its own below
     if norm_first:
-        expected = x + F.dropout(sub(ln(x)), 0.5, training=True)
+        expected = x + drop(sub(ln(x)))
     else:
-        expected = ln(x + F.dropout(sub(x), 0.5, training=True))
+        expected = ln(x + drop(sub(x)))
     torch.testing.assert_close(out, expected)
     block.eval()
     expected_eval = x + sub(ln(x)) if norm_first else ln(x + sub(x))
     torch.testing.assert_close(block(x, sub), expected_eval)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_distribution_scale_and_gradient(p):
+    torch.manual_seed(0)
+    drop = Dropout(p)
+    assert isinstance(drop, nn.Dropout) and drop.p == p  # model.eval() etc. treat it as one
+    n = 1_000_000
+    x = torch.full((n,), 2.0, requires_grad=True)
+    y = drop(x)
+    kept = (y != 0).double().mean().item()
+    # a Binomial(n, 1 - p) fraction: within 5 standard deviations
+    assert abs(kept - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)
+    survivors = y[y != 0]
+    torch.testing.assert_close(survivors, torch.full_like(survivors, 2.0 / (1 - p)))
+    y.backward(torch.ones(n))
+    torch.testing.assert_close(x.grad, (y != 0).float() / (1 - p))
+    # independent masks call after call, and the same mask for the same seed
+    assert not torch.equal(drop(x) != 0, y != 0)
+    torch.manual_seed(0)
+    assert torch.equal(drop(x), y)
+    # bf16 stays bf16; evaluation and p = 0 are the identity
+    assert drop(torch.ones(3, dtype=torch.bfloat16)).dtype == torch.bfloat16
+    assert drop.eval()(x) is x and Dropout(0.0)(x) is x
+
+
+@pytest.mark.parametrize("p", [1.0, -0.1, True, "0.1"])
+def test_dropout_errors(p):
+    with pytest.raises(ValueError, match=r"p must be a probability in \[0, 1\)"):
+        Dropout(p)
 
 
 def test_sublayer_connection_errors():
@@ -268,6 +302,11 @@ def test_encoder_layer_equals_explicit_composition(norm_first):
     else:
         y = n0(x + attn(x, x, x, mask))
         expected = n1(y + ff(y))
+    out, real = layer(x, mask), mask[:, 0, :]  # (batch, len)
+    torch.testing.assert_close(out[real], expected[real])
+    # padding positions skip the feed-forward block: they leave it as they entered it
+    torch.testing.assert_close(out[~real], y[~real])
+    layer.skip_padding = False
     torch.testing.assert_close(layer(x, mask), expected)
     assert len(layer.sublayer) == 2 and layer.size == D_MODEL and layer.norm_first is norm_first
 
@@ -376,6 +415,78 @@ def test_stack_errors():
         Encoder(layer, 0)
     with pytest.raises(ValueError, match="N must be a positive integer"):
         Decoder(decoder(False, N=1).layers[0], -1)
+
+
+# ---------------------------------------------------------------- skipping padding
+def test_visible_positions_reads_the_columns_of_the_mask():
+    x = torch.zeros(2, 4, D_MODEL)
+    assert visible_positions(None, x) is None
+    assert visible_positions(key_padding([4, 4], 4), x) is None  # nothing to skip
+    assert visible_positions(causal(4), x) is None  # every key is seen by a later query
+    rows = visible_positions(key_padding([4, 2], 4), x)
+    assert rows.tolist() == [0, 1, 2, 3, 4, 5]  # flat (batch·len) indices
+    # decoder: causal & key padding, (batch, len, len); the padding columns are all False
+    tgt_mask = key_padding([3, 1], 4) & causal(4)
+    assert visible_positions(tgt_mask, x).tolist() == [0, 1, 2, 4]
+    # a column hidden from every other query but not from its own stays visible
+    own_only = torch.eye(4, dtype=torch.bool).unsqueeze(0)
+    assert visible_positions(own_only, x) is None
+    # per-head (4-d) masks and cross-attention masks (other key length) are not read
+    assert visible_positions(key_padding([4, 2], 4).unsqueeze(1), x) is None
+    assert visible_positions(key_padding([6, 2], 6), x) is None
+    meta = visible_positions(key_padding([4, 2], 4).to("meta"), x.to("meta"))
+    assert meta is None  # shapes only: nothing to count
+
+
+def test_on_positions_applies_f_to_the_given_rows_only():
+    x = torch.arange(2 * 3 * 2, dtype=torch.float32).view(2, 3, 2)
+    rows = torch.tensor([0, 1, 3])
+    out = on_positions(lambda y: -y, x, rows)
+    flat_in, flat_out = x.flatten(0, 1), out.flatten(0, 1)
+    torch.testing.assert_close(flat_out[rows], -flat_in[rows])
+    torch.testing.assert_close(flat_out[[2, 4, 5]], flat_in[[2, 4, 5]])
+    torch.testing.assert_close(on_positions(lambda y: -y, x, None), -x)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("which", ["encoder", "decoder"])
+def test_skipping_padding_changes_nothing_at_real_positions(which, norm_first):
+    """Outputs at real positions and every gradient are those of the full computation."""
+    torch.manual_seed(0)
+    stack = encoder(norm_first, N=2) if which == "encoder" else decoder(norm_first, N=2)
+    randomize_norms(stack)
+    full = copy.deepcopy(stack)
+    for layer in full.layers:
+        layer.skip_padding = False
+    x = torch.randn(3, 6, D_MODEL)
+    memory, src_mask = torch.randn(3, 5, D_MODEL), key_padding([5, 2, 4], 5)
+    if which == "encoder":
+        mask = key_padding([6, 3, 1], 6)
+        real = mask[:, 0, :]
+    else:
+        mask = key_padding([6, 3, 1], 6) & causal(6)
+        real = key_padding([6, 3, 1], 6)[:, 0, :]
+    outs = []
+    for model in (stack, full):
+        xi, mi = x.clone().requires_grad_(), memory.clone().requires_grad_()
+        args = (xi, mask) if which == "encoder" else (xi, mi, src_mask, mask)
+        out = model(*args)
+        (out[real] * torch.linspace(-1, 1, D_MODEL)).sum().backward()  # reads real positions
+        outs.append((out[real], xi.grad, mi.grad))
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b)
+    for (name, p), q in zip(stack.named_parameters(), full.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
+def test_skipped_positions_never_become_nan():
+    """A sentence of padding only, big values at padding: the skip keeps everything finite."""
+    torch.manual_seed(0)
+    enc = encoder(False, N=2)
+    x = torch.randn(2, 4, D_MODEL)
+    x[1] = 1e4
+    out = enc(x, key_padding([4, 0], 4))
+    assert torch.isfinite(out).all()
 
 
 # ---------------------------------------------------------------- generator

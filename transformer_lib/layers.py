@@ -7,8 +7,11 @@ __all__ = [
     "Embeddings",
     "layer_norm_by_hand",
     "LayerNorm",
+    "Dropout",
     "SublayerConnection",
     "PositionwiseFeedForward",
+    "visible_positions",
+    "on_positions",
     "clones",
     "EncoderLayer",
     "Encoder",
@@ -107,6 +110,31 @@ class LayerNorm(nn.Module):
         return f"{self.weight.numel()}, eps={self.eps}"
 
 
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` whose CPU mask is ``uniform >= p``: the same distribution, drawn faster.
+
+    Args:
+        p: probability of zeroing an entry, in [0, 1).
+
+    ``forward(x)``: in training, each entry is zeroed with probability p and the others are
+    scaled by 1 / (1 - p); in evaluation (or with p = 0), x itself. Other devices use
+    ``nn.Dropout``'s kernel. Paper section 5.4. Defined in chapter 5.
+    """
+
+    def __init__(self, p: float = 0.1) -> None:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+            raise ValueError(f"p must be a probability in [0, 1), got {p!r}")
+        super().__init__(p)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0:
+            return x
+        if x.device.type != "cpu":
+            return super().forward(x)
+        keep = torch.rand(x.shape, device=x.device) >= self.p  # True with probability 1 - p
+        return torch.where(keep, x * (1.0 / (1.0 - self.p)), 0.0)
+
+
 class SublayerConnection(nn.Module):
     """A residual connection around a sublayer, with layer norm after it (paper) or before it.
 
@@ -127,7 +155,7 @@ class SublayerConnection(nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.norm = LayerNorm(size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
@@ -163,13 +191,44 @@ class PositionwiseFeedForward(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.w_1 = nn.Linear(d_model, d_ff)  # W1, b1
         self.w_2 = nn.Linear(d_ff, d_model)  # W2, b2
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.activation = activation
 
     def forward(self, x: Tensor) -> Tensor:
         act = F.relu if self.activation == "relu" else F.gelu
         hidden = self.dropout(act(self.w_1(x)))  # (batch, len, d_ff)
         return self.w_2(hidden)  # (batch, len, d_model)
+
+
+def visible_positions(mask: Tensor | None, x: Tensor) -> Tensor | None:
+    """Flat indices (into ``x.flatten(0, 1)``) of the positions some query may attend to.
+
+    mask: a self-attention mask, bool (batch | 1, q_len | 1, len), True = may attend; x
+    (batch, len, d_model). A position whose key no query may attend to (its column is all
+    False) is padding: it influences no other position. Returns None when every position is
+    visible, or when the mask is not a plain 3-d self-attention mask. Defined in chapter 5.
+    """
+    if mask is None or mask.dim() != 3 or mask.size(-1) != x.size(1):
+        return None
+    if mask.device.type == "meta" or torch.compiler.is_compiling():
+        return None  # how many positions are visible is data, unknown when only tracing shapes
+    seen = mask.any(dim=-2).expand(x.size(0), x.size(1))  # (batch, len): seen by some query
+    if bool(seen.all()):
+        return None
+    return seen.flatten().nonzero().squeeze(1)  # (n_visible,)
+
+
+def on_positions(f: Callable[[Tensor], Tensor], x: Tensor, rows: Tensor | None) -> Tensor:
+    """The position-wise ``f`` applied to the positions ``rows`` of x; the others pass through.
+
+    x (batch, len, d); rows: flat indices from ``visible_positions`` (None = all positions).
+    ``f`` sees (n_visible, d) instead of (batch, len, d). Defined in chapter 5.
+    """
+    if rows is None:
+        return f(x)
+    flat = x.flatten(0, 1)  # (batch·len, d)
+    out = f(flat.index_select(0, rows))  # (n_visible, d)
+    return flat.index_copy(0, rows, out).view_as(x)  # hidden positions keep their input
 
 
 def clones(module: nn.Module, N: int) -> nn.ModuleList:
@@ -196,6 +255,8 @@ class EncoderLayer(nn.Module):
         feed_forward: a PositionwiseFeedForward.
         dropout: residual dropout.
         norm_first: pre-norm blocks if True (a deviation; the paper is post-norm).
+        skip_padding: run the feed-forward block on the visible positions only (see
+            ``visible_positions``); padding positions then pass through it unchanged.
 
     ``forward(x, mask)``: x (batch, src_len, d_model), mask bool (batch, 1, src_len) with
     True = may attend -> (batch, src_len, d_model). Paper section 3.1. Defined in chapter 5.
@@ -208,6 +269,7 @@ class EncoderLayer(nn.Module):
         feed_forward: nn.Module,
         dropout: float,
         norm_first: bool = False,
+        skip_padding: bool = True,
     ) -> None:
         super().__init__()
         self.self_attn = self_attn
@@ -215,10 +277,12 @@ class EncoderLayer(nn.Module):
         self.sublayer = clones(SublayerConnection(size, dropout, norm_first), 2)
         self.size = size
         self.norm_first = norm_first
+        self.skip_padding = skip_padding
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))  # 1) self-attention
-        return self.sublayer[1](x, self.feed_forward)  # 2) feed-forward
+        rows = visible_positions(mask, x) if self.skip_padding else None
+        return on_positions(lambda y: self.sublayer[1](y, self.feed_forward), x, rows)  # 2) FFN
 
 
 class Encoder(nn.Module):
@@ -256,6 +320,8 @@ class DecoderLayer(nn.Module):
         feed_forward: a PositionwiseFeedForward.
         dropout: residual dropout.
         norm_first: pre-norm blocks if True (a deviation; the paper is post-norm).
+        skip_padding: run the feed-forward block on the visible positions only (see
+            ``visible_positions``, applied to ``tgt_mask``).
 
     ``forward(x, memory, src_mask, tgt_mask)``: x (batch, tgt_len, d_model), memory
     (batch, src_len, d_model), src_mask (batch, 1, src_len), tgt_mask (batch | 1, tgt_len,
@@ -270,6 +336,7 @@ class DecoderLayer(nn.Module):
         feed_forward: nn.Module,
         dropout: float,
         norm_first: bool = False,
+        skip_padding: bool = True,
     ) -> None:
         super().__init__()
         self.self_attn = self_attn
@@ -278,6 +345,7 @@ class DecoderLayer(nn.Module):
         self.sublayer = clones(SublayerConnection(size, dropout, norm_first), 3)
         self.size = size
         self.norm_first = norm_first
+        self.skip_padding = skip_padding
 
     def forward(
         self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
@@ -285,7 +353,8 @@ class DecoderLayer(nn.Module):
         m = memory
         x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))  # 1) masked self-attn
         x = self.sublayer[1](x, lambda y: self.src_attn(y, m, m, src_mask))  # 2) attend to memory
-        return self.sublayer[2](x, self.feed_forward)  # 3) feed-forward
+        rows = visible_positions(tgt_mask, x) if self.skip_padding else None
+        return on_positions(lambda y: self.sublayer[2](y, self.feed_forward), x, rows)  # 3) FFN
 
 
 class Decoder(nn.Module):

@@ -140,6 +140,7 @@ def make_model(
     activation: str = "relu",
     attn_dropout: float | None = None,
     ffn_dropout: float | None = None,
+    skip_padding: bool = True,
 ) -> EncoderDecoder:
     """Build an encoder-decoder Transformer with Xavier-initialized weights.
 
@@ -157,6 +158,8 @@ def make_model(
             activations; None (default) uses ``dropout``, as the Annotated Transformer and
             ``nn.Transformer`` do. 0 for both gives the paper's placement (section 5.4:
             residual and embedding dropout only), which is also faster (fused attention).
+        skip_padding: the layers run their feed-forward blocks on the positions the masks
+            leave visible only (the same outputs at real positions; see ``visible_positions``).
 
     Returns an EncoderDecoder; ``model.generator`` maps its output to log-probabilities.
     Paper section 3, Table 3 (base model). Defined in chapter 5.
@@ -203,8 +206,10 @@ def make_model(
     else:
         position = LearnedPositionalEmbedding(d_model, dropout, max_len)
     model = EncoderDecoder(
-        Encoder(EncoderLayer(d_model, c(attn), c(ff), dropout, norm_first), N),
-        Decoder(DecoderLayer(d_model, c(attn), c(attn), c(ff), dropout, norm_first), N),
+        Encoder(EncoderLayer(d_model, c(attn), c(ff), dropout, norm_first, skip_padding), N),
+        Decoder(
+            DecoderLayer(d_model, c(attn), c(attn), c(ff), dropout, norm_first, skip_padding), N
+        ),
         nn.Sequential(Embeddings(src_vocab, d_model, pad_idx), c(position)),
         nn.Sequential(Embeddings(tgt_vocab, d_model, pad_idx), c(position)),
         Generator(d_model, tgt_vocab),

@@ -49,6 +49,10 @@ def _fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: flo
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
     sees_any = mask.any(dim=-1, keepdim=True)  # (…, q_len, 1)
+    # The usual case, nothing to repair; checked on the CPU only (on a GPU, reading the answer
+    # would make the host wait for the device).
+    if q.device.type == "cpu" and bool(sees_any.all()):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
     # Unmask fully masked rows for the kernel (no NaN, no NaN gradients), then zero them.
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~sees_any, dropout_p=p)
     return out.masked_fill(~sees_any, 0.0)  # (batch, h, q_len, d_k)
