@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
@@ -71,7 +71,6 @@ from transformer_lib.multihead import MultiHeadedAttention  # noqa: E402
 from transformer_lib.training import (  # noqa: E402
     Batch,
     LabelSmoothing,
-    output_loss,
     smoothed_kl_by_definition,
 )
 
@@ -258,6 +257,18 @@ class LayerNormByHand(nn.Module):
         return layer_norm_by_hand(x, self.weight, self.bias, self.eps)
 
 
+def nn_dropouts(model: nn.Module) -> int:
+    """Replace every chapter-5 ``Dropout`` by an ``nn.Dropout`` of the same p (the same
+    distribution, PyTorch's mask sampler). Returns the number of modules replaced."""
+    n = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Dropout):
+                setattr(parent, name, nn.Dropout(child.p))
+                n += 1
+    return n
+
+
 def layernorms_by_hand(model: nn.Module) -> int:
     """Replace every ``transformer_lib.layers.LayerNorm`` by :class:`LayerNormByHand` (same
     parameters, same function). Returns the number of modules replaced."""
@@ -301,10 +312,11 @@ def build_textbook(
     paper_dropout: bool = False,
     skip_padding: bool = False,
 ) -> nn.Module:
-    """Ours with explicit attention, LayerNorm by hand and every position computed, as the
-    Annotated Transformer does (the step adds the dense loss)."""
+    """Ours with explicit attention, LayerNorm by hand, ``nn.Dropout`` and every position
+    computed, as the Annotated Transformer does (the step adds the dense loss)."""
     model = build_explicit_attention(cfg, device, seed, paper_dropout, skip_padding)
     layernorms_by_hand(model)
+    nn_dropouts(model)
     return model
 
 
@@ -340,14 +352,10 @@ def make_step(
     (as ``transformer_lib.trainer`` does) with chapter 6's ``LabelSmoothing``, the same for
     every model, or with ``dense_loss`` by its definition (:func:`kl_by_definition`).
     ``trainer_step`` does what ``transformer_lib.trainer`` does: the generator runs on the
-    non-padding target positions only (padding positions add exactly 0 to the loss), through
-    chapter 6's chunked ``output_loss`` (the same loss, no (N, V) tensor held), and Adam is
-    PyTorch's fused implementation (one kernel for the whole update); otherwise the step is a
-    plain training loop's: the generator on every position, then the criterion, and the default
-    Adam. ``dense_loss`` with ``trainer_step`` is an error (the trainer has no dense loss).
+    non-padding target positions only (padding positions add exactly 0 to the loss), and Adam
+    is PyTorch's fused implementation (one kernel for the whole update); otherwise the step is a
+    plain training loop's: the generator on every position and the default Adam.
     """
-    if dense_loss and trainer_step:
-        raise ValueError("dense_loss and trainer_step cannot be combined")
     if kind not in ("ours", "nn"):
         raise ValueError(f"kind must be 'ours' or 'nn', got {kind!r}")
     model.train()
@@ -362,14 +370,13 @@ def make_step(
                 out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (B, T, d_model)
             else:
                 out = model(b.src, b.tgt)
-            if trainer_step:  # the trainer's loss: real tokens only, chunked (chapter 6)
+            if trainer_step:
                 keep = b.tgt_y != PAD  # (B, T)
-                loss = output_loss(model.generator, criterion, out[keep], b.tgt_y[keep])
+                logp, y = model.generator(out[keep]), b.tgt_y[keep]  # (n_real, vocab), (n_real,)
             else:
                 logp, y = model.generator(out), b.tgt_y  # (B, T, vocab), (B, T)
-        if not trainer_step:
-            logp, y = logp.float().reshape(-1, logp.size(-1)), y.reshape(-1)
-            loss = kl_by_definition(logp, y, criterion) if dense_loss else criterion(logp, y)
+        logp, y = logp.float().reshape(-1, logp.size(-1)), y.reshape(-1)
+        loss = kl_by_definition(logp, y, criterion) if dense_loss else criterion(logp, y)
         loss = loss / float(b.ntokens)
         loss.backward()
         opt.step()
@@ -510,6 +517,8 @@ class Variant:
     # feed-forward blocks on the visible positions only (make_model's default); None: the
     # builder's default, True for ours/explicit_attention, False for nn and textbook
     skip_padding: bool | None = None
+    # nn.Dropout in place of chapter 5's Dropout (its mask drawn by PyTorch's Bernoulli sampler)
+    nn_dropout: bool = False
 
     @property
     def uses_trainer_step(self) -> bool:
@@ -534,6 +543,7 @@ BF16 = torch.bfloat16
 VARIANTS = {
     "ours_fp32": Variant("ours"),
     "ours_fp32_no_padding_skip": Variant("ours", skip_padding=False),
+    "ours_fp32_nn_dropout": Variant("ours", nn_dropout=True),
     "nn_transformer_fp32": Variant("nn"),
     "nn_transformer_fp32_trainer_step": Variant("nn", trainer_step=True),
     "textbook_fp32": Variant("textbook"),
@@ -546,6 +556,9 @@ VARIANTS = {
     "ours_bf16_paper_dropout": Variant("ours", BF16, paper_dropout=True),
     "ours_bf16_paper_dropout_no_padding_skip": Variant(
         "ours", BF16, paper_dropout=True, skip_padding=False
+    ),
+    "ours_bf16_paper_dropout_nn_dropout": Variant(
+        "ours", BF16, paper_dropout=True, nn_dropout=True
     ),
     "nn_transformer_bf16_paper_dropout": Variant("nn", BF16, paper_dropout=True),
 }
@@ -560,6 +573,7 @@ DEFAULT_VARIANTS = {
     "base": [
         "ours_fp32",
         "ours_fp32_no_padding_skip",
+        "ours_fp32_nn_dropout",
         "nn_transformer_fp32",
         "nn_transformer_fp32_trainer_step",
         "textbook_fp32",
@@ -583,6 +597,8 @@ def build_variant(name: str, cfg: BenchConfig, device: torch.device, compile: bo
     model = BUILDERS[v.builder](
         cfg, device, paper_dropout=v.paper_dropout, skip_padding=v.skips_padding
     )
+    if v.nn_dropout:
+        nn_dropouts(model)
     runner = model
     if compile:
         runner = torch.compile(model)  # `runner.generator` reaches the (uncompiled) generator
@@ -649,6 +665,7 @@ def run_config(
             "paper_dropout": v.paper_dropout,
             "trainer_step": v.uses_trainer_step,
             "skip_padding": v.skips_padding,
+            "nn_dropout": v.nn_dropout or v.builder in ("nn", "textbook"),
             "round_s_median": t,
             "round_s_all": [round(x, 4) for x in ts],
             "tokens_per_s": tokens / t,
@@ -749,6 +766,8 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         ("ours_bf16_paper_dropout", "ours_fp32_paper_dropout"),
         ("ours_fp32", "ours_fp32_no_padding_skip"),
         (FAST_SETTING, f"{FAST_SETTING}_no_padding_skip"),
+        ("ours_fp32", "ours_fp32_nn_dropout"),
+        (FAST_SETTING, f"{FAST_SETTING}_nn_dropout"),
         (f"{FAST_SETTING}_compiled", FAST_SETTING),
     ]
     out = {}
@@ -880,11 +899,89 @@ def loss_micro(
     }
 
 
+def chunked_output_loss(
+    generator: nn.Module, criterion: LabelSmoothing, x: Tensor, target: Tensor, chunk: int = 256
+) -> Tensor:
+    """``criterion(generator(x), target)``, computed ``chunk`` rows at a time (an experiment).
+
+    Tried for the trainer and not adopted: in a whole training step it measured no faster
+    than the plain generator + ``LabelSmoothing`` (see ``output_loss_micro`` and the appendix).
+
+    Args:
+        generator: a ``Generator`` (``proj``, a Linear layer, then log-softmax).
+        criterion: a ``LabelSmoothing``.
+        x: (N, d_model) decoder states. target: (N,) class ids.
+        chunk: rows per piece (256 measured best on these CPUs).
+
+    Returns the summed loss (a scalar), as the unchunked computation. With gradients enabled,
+    each piece's gradients with respect to x and the generator's weight and bias are computed
+    as soon as the piece is scored; the backward pass only scales them. No (N, V) tensor is
+    ever held.
+    """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be a positive integer (rows per piece), got {chunk!r}")
+    if not isinstance(criterion, LabelSmoothing):
+        raise ValueError(f"criterion must be a LabelSmoothing, got {type(criterion).__name__}")
+    if x.dim() != 2 or target.shape != x.shape[:1]:
+        raise ValueError(
+            f"x must be (N, d_model) and target (N,), got x {tuple(x.shape)} and target "
+            f"{tuple(target.shape)}"
+        )
+    if target.numel() and not 0 <= int(target.min()) <= int(target.max()) < criterion.size:
+        raise ValueError(f"target ids must be in [0, size={criterion.size})")
+    w, b = generator.proj.weight, generator.proj.bias
+    grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b))
+    if not grads:
+        return _chunked_output_loss(x, w, b, target, criterion, chunk, grads=False)[0]
+    return _ChunkedOutputLoss.apply(x, w, b, target, criterion, chunk)
+
+
+def _chunked_output_loss(x, weight, bias, target, criterion, chunk, grads):
+    """(summed loss, d loss/d x, d loss/d weight, d loss/d bias), the last three if ``grads``."""
+    loss_dtype = torch.promote_types(weight.dtype, torch.float32)  # fp32 at least
+    total = torch.zeros((), dtype=loss_dtype, device=x.device)
+    gx = torch.empty_like(x) if grads else None
+    gw = torch.zeros_like(weight) if grads else None
+    gb = torch.zeros_like(bias) if grads and bias is not None else None
+    for start in range(0, x.size(0), chunk):
+        rows = slice(start, start + chunk)
+        xc, tc = x[rows], target[rows]  # (n, d_model), (n,)
+        logits = F.linear(xc, weight, bias)  # (n, V); bf16 under autocast
+        logp = logits.to(loss_dtype).log_softmax(-1)
+        total += criterion.closed_form(logp, tc)
+        if grads:
+            # d loss / d logits = softmax - p on a counted row (p sums to 1 there), 0 on padding
+            g = logp.exp_().sub_(criterion.target_distribution(tc))  # (n, V)
+            g[tc == criterion.padding_idx] = 0
+            g = g.to(weight.dtype)  # (under autocast the products below still run in bf16)
+            gx[rows] = g @ weight  # (n, d_model)
+            gw += g.t() @ xc  # (V, d_model)
+            if gb is not None:
+                gb += g.sum(0)
+    return total, gx, gw, gb
+
+
+class _ChunkedOutputLoss(torch.autograd.Function):
+    """Forward: the chunked loss and its gradients. Backward: those gradients, scaled."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, target, criterion, chunk):
+        total, gx, gw, gb = _chunked_output_loss(x, weight, bias, target, criterion, chunk, True)
+        ctx.save_for_backward(gx, gw, gb)
+        return total
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        gx, gw, gb = ctx.saved_tensors
+        return gx * grad, gw * grad, None if gb is None else gb * grad, None, None, None
+
+
 def output_loss_micro(
     d_model: int, vocab: int, tokens: int, device: torch.device, repeats: int = 5
 ) -> list[dict[str, Any]]:
     """Generator + loss, forward+backward: log-probabilities then ``LabelSmoothing`` (plain)
-    vs ``output_loss`` (chunked, gradients computed as it goes), in fp32 and bf16 autocast.
+    vs :func:`chunked_output_loss` (gradients computed as it goes), fp32 and bf16 autocast.
 
     The same loss and gradients (checked in fp32); the plain form writes and reads the (N, V)
     logits and log-probabilities several times over, the chunked one keeps pieces in cache.
@@ -900,7 +997,7 @@ def output_loss_micro(
         return crit(gen(h).float(), target)
 
     def chunked():
-        return output_loss(gen, crit, h, target)
+        return chunked_output_loss(gen, crit, h, target)
 
     grads = []
     for f in (plain, chunked):
@@ -940,14 +1037,16 @@ def output_loss_micro(
 def dropout_micro(
     d_model: int, tokens: int, device: torch.device, p: float = 0.1, repeats: int = 5
 ) -> dict[str, Any]:
-    """Forward+backward of ``nn.Dropout`` vs chapter 5's ``Dropout`` (mask: uniform >= p)."""
+    """Forward+backward of ``nn.Dropout`` vs chapter 5's ``Dropout`` (mask: uniform >= p) on a
+    (tokens, d_model) input; ``d_model`` is the width (also the FFN's hidden width)."""
     x = torch.randn(tokens, d_model, device=device, requires_grad=True)
+    grad = torch.randn(tokens, d_model, device=device)  # a dense incoming gradient, as in a step
     mods = {"nn_dropout": nn.Dropout(p), "ours": Dropout(p)}
 
     def run(mod):
         def go():
             x.grad = None
-            mod(x).sum().backward()
+            mod(x).backward(grad)
 
         return go
 
@@ -1211,7 +1310,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         extras["loss"] = loss_micro(CONFIGS[args.configs[0]].vocab, 2500, device)
         first = CONFIGS[args.configs[0]]
         extras["output_loss"] = output_loss_micro(first.d_model, first.vocab, 2500, device)
-        extras["dropout"] = [dropout_micro(d, 4096, device) for d in d_models]
+        extras["dropout"] = [  # the residual stream's width and the FFN hidden layer's
+            dropout_micro(w, 4096, device, repeats=10) for d in d_models for w in (d, 4 * d)
+        ]
         extras["attention_dtype"] = attention_dtype_micro(CONFIGS[args.configs[0]], device)
         print(
             "causal SDPA fwd+bwd, fused bf16 / fused fp32 time "

@@ -190,7 +190,7 @@ def test_attention_main_writes_json(tmp_path):
 import train_throughput as tt  # noqa: E402
 from torch import nn  # noqa: E402
 
-from transformer_lib.layers import LayerNorm  # noqa: E402
+from transformer_lib.layers import Generator, LayerNorm  # noqa: E402
 from transformer_lib.multihead import MultiHeadedAttention  # noqa: E402
 from transformer_lib.training import LabelSmoothing  # noqa: E402
 
@@ -450,9 +450,117 @@ def test_quality_benchmark_on_the_tiny_config(tmp_path):
     fp32, fast = runs["fp32"]["val_loss"], runs["fast"]["val_loss"]
     assert out["val_loss_fast_vs_fp32_relative_difference"] == pytest.approx((fast - fp32) / fp32)
     assert out["target"]["met"] == (abs((fast - fp32) / fp32) <= 0.01)
+    same = runs["fp32_paper_dropout"]["val_loss"]
+    assert out["target"]["met_against_fp32_with_the_same_dropout"] == (
+        abs((fast - same) / same) <= 0.01
+    )
     again = fq.main([*args, "--resume", "--out", str(tmp_path / "q2.json")])
     assert all(r["resumed_from_existing_run"] for r in again["runs"].values())
     assert {k: r["val_loss"] for k, r in again["runs"].items()} == {
         k: r["val_loss"] for k, r in runs.items()
     }
     assert json.loads((tmp_path / "q2.json").read_text())["git_commit"] == out["git_commit"]
+
+
+# --------------------------------------------------------------------------- chunked output loss
+# (an experiment of the benchmark, not adopted by the trainer)
+def _plain_and_chunked(gen, crit, h, y, chunk, amp=False):
+    """(loss, grads of h/weight/bias) of criterion(generator(h)) and of the chunked loss."""
+    out = []
+    wide = torch.promote_types(h.dtype, torch.float32)
+    for f in (
+        # the generator's log-softmax in fp32 at least (CPU autocast would leave it in bf16)
+        lambda: crit(gen.proj(h).to(wide).log_softmax(-1), y),
+        lambda: tt.chunked_output_loss(gen, crit, h, y, chunk=chunk),
+    ):
+        for t in (h, gen.proj.weight, gen.proj.bias):
+            t.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = f()
+        loss.backward()
+        out.append([loss.detach()] + [t.grad.clone() for t in (h, gen.proj.weight, gen.proj.bias)])
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(0, 40),
+    chunk=st.integers(1, 50),
+    eps=st.sampled_from([0.0, 0.1]),
+    seed=st.integers(0, 10_000),
+)
+def test_chunked_output_loss_equals_generator_then_criterion(n, chunk, eps, seed):
+    torch.manual_seed(seed)
+    gen, crit = Generator(8, 13), LabelSmoothing(13, 0, eps)
+    h = torch.randn(n, 8, dtype=torch.float64, requires_grad=True)
+    gen.double()
+    y = torch.randint(0, 13, (n,))  # padding rows (0) included
+    plain, chunked = _plain_and_chunked(gen, crit, h, y, chunk)
+    for a, b in zip(plain, chunked, strict=True):
+        torch.testing.assert_close(b, a)
+
+
+def test_chunked_output_loss_under_bf16_autocast_is_close_to_plain():
+    torch.manual_seed(0)
+    gen, crit = Generator(32, 300), LabelSmoothing(300, 0, 0.1)
+    h = torch.randn(100, 32, requires_grad=True)
+    y = torch.randint(0, 300, (100,))
+    plain, chunked = _plain_and_chunked(gen, crit, h, y, chunk=16, amp=True)
+    torch.testing.assert_close(chunked[0], plain[0], rtol=1e-3, atol=0)  # the loss
+    for a, b in zip(plain[1:], chunked[1:], strict=True):  # bf16 products: bf16 tolerance
+        assert b.dtype == torch.float32
+        torch.testing.assert_close(b, a, rtol=0.02, atol=0.02 * a.abs().max().item())
+
+
+def test_chunked_output_loss_without_gradients_and_with_tied_weights():
+    torch.manual_seed(0)
+    gen, crit = Generator(8, 20), LabelSmoothing(20, 0, 0.1)
+    h, y = torch.randn(9, 8), torch.randint(0, 20, (9,))
+    with torch.no_grad():
+        chunked = tt.chunked_output_loss(gen, crit, h, y, chunk=4)
+        torch.testing.assert_close(chunked, crit(gen(h), y))
+    # the generator's weight shared with an embedding: the two gradients add up
+    emb = torch.nn.Embedding(20, 8)
+    gen.proj.weight = emb.weight
+    tokens = torch.randint(0, 20, (9,))
+    grads = []
+    for f in (
+        lambda x: crit(gen(x), y),
+        lambda x: tt.chunked_output_loss(gen, crit, x, y, chunk=4),
+    ):
+        emb.weight.grad = None
+        f(emb(tokens) * 2).backward()
+        grads.append(emb.weight.grad.clone())
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"chunk": 0}, "chunk must be a positive integer"),
+        ({"chunk": True}, "chunk must be a positive integer"),
+        ({"crit": torch.nn.NLLLoss()}, "criterion must be a LabelSmoothing"),
+        ({"h": torch.randn(2, 3, 8)}, r"x must be \(N, d_model\)"),
+        ({"y": torch.tensor([1, 2, 99])}, r"target ids must be in \[0, size=20\)"),
+    ],
+)
+def test_chunked_output_loss_errors(kwargs, match):
+    gen = Generator(8, 20)
+    args = {"crit": LabelSmoothing(20, 0, 0.1), "h": torch.randn(3, 8)}
+    args["y"] = torch.tensor([1, 2, 3])
+    chunk = kwargs.pop("chunk", 4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        tt.chunked_output_loss(gen, args["crit"], args["h"], args["y"], chunk=chunk)
+
+
+def test_nn_dropout_variants_use_pytorchs_dropout_only():
+    from transformer_lib.layers import Dropout
+
+    for name in ("ours_fp32_nn_dropout", "textbook_fp32"):
+        model, _ = tt.build_variant(name, TINY, CPU)
+        assert not any(isinstance(m, Dropout) for m in model.modules())
+        assert any(type(m) is nn.Dropout and m.p == TINY.dropout for m in model.modules())
+    model, _ = tt.build_variant("ours_fp32", TINY, CPU)
+    # per encoder layer 2 residual + 1 FFN dropout, per decoder layer 3 + 1
+    assert sum(isinstance(m, Dropout) for m in model.modules()) == 7 * TINY.N

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from transformer_lib.layers import Generator
 from transformer_lib.masks import subsequent_mask
 from transformer_lib.model import make_model
 from transformer_lib.training import (
@@ -25,7 +24,6 @@ from transformer_lib.training import (
     SimpleLossCompute,
     TrainState,
     copy_task_batches,
-    output_loss,
     rate,
     run_epoch,
 )
@@ -665,90 +663,3 @@ def test_training_fits_a_fixed_batch():
     assert (state.step, state.samples, state.tokens) == (40, 40 * 16, 40 * 16 * 5)
     assert before > 2.0 and after < 0.25 * before  # ln(9) ~ 2.2 is chance level
     assert TrainState() == TrainState(0, 0, 0, 0) and copy.deepcopy(state) == state
-
-
-# ---------------------------------------------------------------- chunked output layer + loss
-def _plain_and_chunked(gen, crit, h, y, chunk, amp=False):
-    """(loss, grads of h/weight/bias) of criterion(generator(h)) and of output_loss."""
-    out = []
-    wide = torch.promote_types(h.dtype, torch.float32)
-    for f in (
-        # the generator's log-softmax in fp32 at least (CPU autocast would leave it in bf16)
-        lambda: crit(gen.proj(h).to(wide).log_softmax(-1), y),
-        lambda: output_loss(gen, crit, h, y, chunk=chunk),
-    ):
-        for t in (h, gen.proj.weight, gen.proj.bias):
-            t.grad = None
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-            loss = f()
-        loss.backward()
-        out.append([loss.detach()] + [t.grad.clone() for t in (h, gen.proj.weight, gen.proj.bias)])
-    return out
-
-
-@settings(max_examples=25, deadline=None)
-@given(
-    n=st.integers(0, 40),
-    chunk=st.integers(1, 50),
-    eps=st.sampled_from([0.0, 0.1]),
-    seed=st.integers(0, 10_000),
-)
-def test_output_loss_equals_generator_then_criterion(n, chunk, eps, seed):
-    torch.manual_seed(seed)
-    gen, crit = Generator(8, 13), LabelSmoothing(13, 0, eps)
-    h = torch.randn(n, 8, dtype=torch.float64, requires_grad=True)
-    gen.double()
-    y = torch.randint(0, 13, (n,))  # padding rows (0) included
-    plain, chunked = _plain_and_chunked(gen, crit, h, y, chunk)
-    for a, b in zip(plain, chunked, strict=True):
-        torch.testing.assert_close(b, a)
-
-
-def test_output_loss_under_bf16_autocast_is_close_to_plain():
-    torch.manual_seed(0)
-    gen, crit = Generator(32, 300), LabelSmoothing(300, 0, 0.1)
-    h = torch.randn(100, 32, requires_grad=True)
-    y = torch.randint(0, 300, (100,))
-    plain, chunked = _plain_and_chunked(gen, crit, h, y, chunk=16, amp=True)
-    torch.testing.assert_close(chunked[0], plain[0], rtol=1e-3, atol=0)  # the loss
-    for a, b in zip(plain[1:], chunked[1:], strict=True):  # bf16 products: bf16 tolerance
-        assert b.dtype == torch.float32
-        torch.testing.assert_close(b, a, rtol=0.02, atol=0.02 * a.abs().max().item())
-
-
-def test_output_loss_without_gradients_and_with_tied_weights():
-    torch.manual_seed(0)
-    gen, crit = Generator(8, 20), LabelSmoothing(20, 0, 0.1)
-    h, y = torch.randn(9, 8), torch.randint(0, 20, (9,))
-    with torch.no_grad():
-        torch.testing.assert_close(output_loss(gen, crit, h, y, chunk=4), crit(gen(h), y))
-    # the generator's weight shared with an embedding: the two gradients add up
-    emb = torch.nn.Embedding(20, 8)
-    gen.proj.weight = emb.weight
-    tokens = torch.randint(0, 20, (9,))
-    grads = []
-    for f in (lambda x: crit(gen(x), y), lambda x: output_loss(gen, crit, x, y, chunk=4)):
-        emb.weight.grad = None
-        f(emb(tokens) * 2).backward()
-        grads.append(emb.weight.grad.clone())
-    torch.testing.assert_close(grads[1], grads[0])
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"chunk": 0}, "chunk must be a positive integer"),
-        ({"chunk": True}, "chunk must be a positive integer"),
-        ({"crit": torch.nn.NLLLoss()}, "criterion must be a LabelSmoothing"),
-        ({"h": torch.randn(2, 3, 8)}, r"x must be \(N, d_model\)"),
-        ({"y": torch.tensor([1, 2, 99])}, r"target ids must be in \[0, size=20\)"),
-    ],
-)
-def test_output_loss_errors(kwargs, match):
-    gen = Generator(8, 20)
-    args = {"crit": LabelSmoothing(20, 0, 0.1), "h": torch.randn(3, 8)}
-    args["y"] = torch.tensor([1, 2, 3])
-    chunk = kwargs.pop("chunk", 4)
-    args.update(kwargs)
-    with pytest.raises(ValueError, match=match):
-        output_loss(gen, args["crit"], args["h"], args["y"], chunk=chunk)

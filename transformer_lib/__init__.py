@@ -31,7 +31,6 @@ from .training import (
     rate,
     SimpleLossCompute,
     TrainState,
-    output_loss,
     run_epoch,
     copy_task_batches,
 )
@@ -101,7 +100,6 @@ __all__ = [
     "rate",
     "SimpleLossCompute",
     "TrainState",
-    "output_loss",
     "run_epoch",
     "copy_task_batches",
     "KVCache",

@@ -55,7 +55,7 @@ from transformer_lib.decoding import beam_search, greedy_decode
 from transformer_lib.masks import subsequent_mask
 from transformer_lib.model import make_model
 from transformer_lib.multihead import MultiHeadedAttention
-from transformer_lib.training import Batch, LabelSmoothing, output_loss, rate
+from transformer_lib.training import Batch, LabelSmoothing, rate
 
 __all__ = [
     "Config",
@@ -408,13 +408,13 @@ def _loss_on_real_tokens(cfg, device, model, criterion, out, tgt_y):
 
     Padding positions add exactly 0 to the loss, so the generator (the largest matrix product
     of a small model: d_model x vocab per token) and its log-softmax skip them; with the
-    random batches of bench/train_throughput.py that is a third of the positions. Chapter 6's
-    ``output_loss`` computes the generator and the loss a chunk of rows at a time (the same
-    loss, no (n_real, vocab) tensor held); the log-softmax and the loss are in fp32.
+    random batches of bench/train_throughput.py that is a third of the positions. The loss is
+    computed in fp32 (under autocast the log-softmax already returns fp32).
     """
     keep = tgt_y != PAD  # (B, T)
     with _autocast(cfg, device):
-        return output_loss(model.generator, criterion, out[keep], tgt_y[keep])
+        logp = model.generator(out[keep])  # (n_real, vocab)
+    return criterion(logp.float(), tgt_y[keep])
 
 
 def _train_step(cfg, ddp, model, criterion, optimizer, data, micro, device, rank, world):

@@ -10,7 +10,6 @@ __all__ = [
     "rate",
     "SimpleLossCompute",
     "TrainState",
-    "output_loss",
     "run_epoch",
     "copy_task_batches",
 ]
@@ -23,7 +22,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
@@ -298,81 +296,6 @@ class TrainState:
     accum_step: int = 0
     samples: int = 0
     tokens: int = 0
-
-
-def output_loss(
-    generator: nn.Module, criterion: LabelSmoothing, x: Tensor, target: Tensor, chunk: int = 256
-) -> Tensor:
-    """``criterion(generator(x), target)``, computed ``chunk`` rows at a time.
-
-    Args:
-        generator: a ``Generator`` (``proj``, a Linear layer, then log-softmax).
-        criterion: a ``LabelSmoothing``.
-        x: (N, d_model) decoder states. target: (N,) class ids.
-        chunk: rows per piece (256 measured best on these CPUs).
-
-    Returns the summed loss (a scalar), as the unchunked computation. With gradients enabled,
-    each piece's gradients with respect to x and the generator's weight and bias are computed
-    as soon as the piece is scored; the backward pass only scales them. No (N, V) tensor is
-    ever held. Defined in chapter 6.
-    """
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be a positive integer (rows per piece), got {chunk!r}")
-    if not isinstance(criterion, LabelSmoothing):
-        raise ValueError(f"criterion must be a LabelSmoothing, got {type(criterion).__name__}")
-    if x.dim() != 2 or target.shape != x.shape[:1]:
-        raise ValueError(
-            f"x must be (N, d_model) and target (N,), got x {tuple(x.shape)} and target "
-            f"{tuple(target.shape)}"
-        )
-    if target.numel() and not 0 <= int(target.min()) <= int(target.max()) < criterion.size:
-        raise ValueError(f"target ids must be in [0, size={criterion.size})")
-    w, b = generator.proj.weight, generator.proj.bias
-    grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b))
-    if not grads:
-        return _chunked_output_loss(x, w, b, target, criterion, chunk, grads=False)[0]
-    return _ChunkedOutputLoss.apply(x, w, b, target, criterion, chunk)
-
-
-def _chunked_output_loss(x, weight, bias, target, criterion, chunk, grads):
-    """(summed loss, d loss/d x, d loss/d weight, d loss/d bias), the last three if ``grads``."""
-    loss_dtype = torch.promote_types(weight.dtype, torch.float32)  # fp32 at least
-    total = torch.zeros((), dtype=loss_dtype, device=x.device)
-    gx = torch.empty_like(x) if grads else None
-    gw = torch.zeros_like(weight) if grads else None
-    gb = torch.zeros_like(bias) if grads and bias is not None else None
-    for start in range(0, x.size(0), chunk):
-        rows = slice(start, start + chunk)
-        xc, tc = x[rows], target[rows]  # (n, d_model), (n,)
-        logits = F.linear(xc, weight, bias)  # (n, V); bf16 under autocast
-        logp = logits.to(loss_dtype).log_softmax(-1)
-        total += criterion.closed_form(logp, tc)
-        if grads:
-            # d loss / d logits = softmax - p on a counted row (p sums to 1 there), 0 on padding
-            g = logp.exp_().sub_(criterion.target_distribution(tc))  # (n, V)
-            g[tc == criterion.padding_idx] = 0
-            g = g.to(weight.dtype)  # (under autocast the products below still run in bf16)
-            gx[rows] = g @ weight  # (n, d_model)
-            gw += g.t() @ xc  # (V, d_model)
-            if gb is not None:
-                gb += g.sum(0)
-    return total, gx, gw, gb
-
-
-class _ChunkedOutputLoss(torch.autograd.Function):
-    """Forward: the chunked loss and its gradients. Backward: those gradients, scaled."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, target, criterion, chunk):
-        total, gx, gw, gb = _chunked_output_loss(x, weight, bias, target, criterion, chunk, True)
-        ctx.save_for_backward(gx, gw, gb)
-        return total
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        gx, gw, gb = ctx.saved_tensors
-        return gx * grad, gw * grad, None if gb is None else gb * grad, None, None, None
 
 
 def run_epoch(
