@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from transformer_lib.attention import AdditiveAttention, attention, check_mask, masked_softmax
+from transformer_lib.attention import (
+    AdditiveAttention,
+    attention,
+    check_mask,
+    check_probability,
+    masked_softmax,
+)
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
@@ -374,6 +380,49 @@ def test_check_mask_uses_given_name_and_batch_shape():
         check_mask(torch.ones(2, 1, 5, dtype=torch.bool), 3, 5, batch_shape=(4,))
 
 
+@pytest.mark.parametrize("p", [0, 0.0, 0.1, 0.5, 0.999, 1 - 1e-12])
+def test_check_probability_accepts_numbers_in_unit_interval(p):
+    got = check_probability(p)
+    assert type(got) is float and got == float(p)
+
+
+def test_check_probability_accepts_other_real_types():
+    np = pytest.importorskip("numpy")
+    assert check_probability(np.float32(0.25)) == 0.25
+    assert check_probability(np.int64(0)) == 0.0
+    from fractions import Fraction
+
+    assert check_probability(Fraction(1, 4)) == 0.25
+
+
+@pytest.mark.parametrize(
+    "p,match",
+    [
+        (1.0, r"p_drop must be a probability in \[0, 1\), got 1.0"),
+        (1, r"p_drop must be a probability in \[0, 1\), got 1"),
+        (-0.1, r"p_drop must be a probability in \[0, 1\), got -0.1"),
+        (1.5, r"p_drop must be a probability in \[0, 1\), got 1.5"),
+        (float("nan"), r"p_drop must be a probability in \[0, 1\), got nan"),
+        (float("inf"), r"p_drop must be a probability in \[0, 1\), got inf"),
+        (float("-inf"), r"p_drop must be a probability in \[0, 1\), got -inf"),
+        (True, r"p_drop must be a real number in \[0, 1\), got bool True"),
+        (False, r"p_drop must be a real number in \[0, 1\), got bool False"),
+        ("0.1", r"p_drop must be a real number in \[0, 1\), got str '0.1'"),
+        (None, r"p_drop must be a real number in \[0, 1\), got NoneType None"),
+        (0.1 + 0j, r"p_drop must be a real number in \[0, 1\), got complex"),
+        (torch.tensor(0.1), r"p_drop must be a real number in \[0, 1\), got Tensor"),
+    ],
+)
+def test_check_probability_rejects_with_the_given_name(p, match):
+    with pytest.raises(ValueError, match=match):
+        check_probability(p, "p_drop")
+
+
+def test_check_probability_default_name_is_dropout():
+    with pytest.raises(ValueError, match=r"^dropout must be a probability"):
+        check_probability(2.0)
+
+
 def test_masked_softmax_matches_softmax_of_minus_inf():
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(4, 3, 6, generator=g)
@@ -458,3 +507,6 @@ def test_additive_errors():
         module(q, k, v, mask=torch.ones(2, 1, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.5"):
         AdditiveAttention(5, 3, 7, dropout=1.5)
+    with pytest.raises(ValueError, match=r"dropout must be a real number .* got bool True"):
+        AdditiveAttention(5, 3, 7, dropout=True)
+    assert AdditiveAttention(5, 3, 7, dropout=0).dropout.p == 0.0

@@ -3,9 +3,10 @@
 Generated from chapters/01_attention.ipynb by tools/export.py: do not edit.
 Edit the chapter and run `make export`."""
 
-__all__ = ["check_mask", "masked_softmax", "AdditiveAttention", "attention"]
+__all__ = ["check_mask", "check_probability", "masked_softmax", "AdditiveAttention", "attention"]
 
 import math
+import numbers
 
 import torch
 from torch import Tensor, nn
@@ -57,6 +58,27 @@ def check_mask(
     if not ok:
         raise ValueError(f"{name} of shape {shape} is not broadcastable to {expected}")
     return mask if mask.dtype == torch.bool else mask != 0
+
+
+def check_probability(p: object, name: str = "dropout") -> float:
+    """Validate a probability such as a dropout rate and return it as a float.
+
+    Args:
+        p: a real number in ``[0, 1)``; ``bool``, non-numbers, NaN and infinities are
+            rejected (``True`` would otherwise pass silently as 1).
+        name: the argument's name, used in the error message.
+
+    Returns ``float(p)``; raises ValueError naming ``name`` otherwise. Used for every
+    dropout rate in the package (the paper's P_drop, Section 5.4). Defined in chapter 1.
+    """
+    # bool is a subclass of int, so it must be rejected before the Real check
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise ValueError(f"{name} must be a real number in [0, 1), got {type(p).__name__} {p!r}")
+    value = float(p)
+    # NaN fails both comparisons, so it is rejected here too
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1), got {p!r}")
+    return value
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -126,8 +148,7 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_size: int, key_size: int, num_hiddens: int, dropout: float = 0.0):
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        dropout = check_probability(dropout, "dropout")
         self.W = nn.Linear(query_size, num_hiddens, bias=False)  # W: query -> hidden
         self.U = nn.Linear(key_size, num_hiddens, bias=False)  # U: key -> hidden
         self.v = nn.Linear(num_hiddens, 1, bias=False)  # vᵀ: hidden -> score
