@@ -1,75 +1,61 @@
 # The two commands a new user runs:  `make book`  and  `make test`.
-# Both create and use the local virtual environment .venv (Python 3.10+ is all you need).
-SHELL := /bin/bash
+# Both create and use the local virtual environment .venv (Python 3.11 to 3.14: constraints.txt).
+# Every target runs a task of tools/tasks.py, where each step is written once (the same steps
+# run without make: `python tools/tasks.py test`, e.g. on Windows). The tasks set
+# BOOK_FIGURES=offline and PYTHONHASHSEED=0 for every step.
 PYTHON ?= python3
-VENV := .venv
-PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
-export BOOK_FIGURES := offline
-# Chapters run on CPU threads; two cores here.
-export PYTHONHASHSEED := 0
+TASKS := $(PYTHON) tools/tasks.py
 
-.PHONY: book test install export export-check lint unit nbval book-check browser-deps execute pin clean
+.PHONY: book test install export export-check lint unit nbval book-check browser-deps execute envcheck pin clean
 
-$(STAMP): pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	# torch 2.13.0 is pinned in constraints.txt: a CPU build on these machines.
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[book,dev]"
-	touch $(STAMP)
-
-install: $(STAMP)
+install:
+	$(TASKS) install
 
 ## make book: execute every chapter and render the site into _build/html
-book: $(STAMP)
-	$(PY) tools/fetch_assets.py
-	rm -rf _build/html  # --all re-renders every page but keeps pages of files since removed
-	$(VENV)/bin/jupyter-book build --all -W -n --keep-going .
-	@echo "Open _build/html/index.html"
+book:
+	$(TASKS) book
 
 ## make test: lint, package-vs-chapters check, unit tests, nbval over every chapter, site build
-test: lint export-check unit nbval book-check
+test:
+	$(TASKS) test
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check .
+lint:
+	$(TASKS) lint
 
-export-check: $(STAMP)
-	$(PY) tools/export.py --check
+export-check:
+	$(TASKS) export-check
 
-unit: $(STAMP)
-	$(VENV)/bin/pytest -n 2 -q tests
+unit:
+	$(TASKS) unit
 
-nbval: $(STAMP)
-	$(VENV)/bin/pytest -q -p no:randomly --nbval chapters --nbval-sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile
+nbval:
+	$(TASKS) nbval
 
 # The site from the stored outputs (nbval has just checked them against a fresh run), then every
 # page opened in headless Chromium with all other hosts blocked (tests/site; screenshots of every
 # page go to _build/screenshots/).
-book-check: $(STAMP) browser-deps
-	$(PY) tools/fetch_assets.py
-	$(PY) tools/ci_config.py > _build_ci_config.yml
-	rm -rf _build/html
-	$(VENV)/bin/jupyter-book build --all -W -n --keep-going --config _build_ci_config.yml . ; \
-	  status=$$?; rm -f _build_ci_config.yml; exit $$status
-	$(VENV)/bin/pytest -q tests/site
+book-check:
+	$(TASKS) book-check
 
 # Debian's chromium for the browser check (apt-get, once; never `playwright install`).
 browser-deps:
-	bash tools/browser_deps.sh
+	$(TASKS) browser-deps
 
 ## Developer helpers
-export: $(STAMP)
-	$(PY) tools/export.py
+export:
+	$(TASKS) export
 
-# Re-execute chapters in place to refresh their stored outputs: make execute NB=chapters/01_attention.ipynb
-execute: $(STAMP)
-	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=1800 $(or $(NB),chapters/*.ipynb)
-	$(PY) tools/export.py
+# Export, re-execute chapters in place to refresh their stored outputs, export again:
+# make execute NB=chapters/01_attention.ipynb
+execute:
+	$(TASKS) execute $(NB)
 
-pin: $(STAMP)
-	@echo "# Exact versions CI installs (make install uses \`pip install -c constraints.txt\`)." > constraints.txt
-	@echo "# Upgrade deliberately, in a commit of its own: \`make pin\` rewrites this file from the venv." >> constraints.txt
-	$(PY) -m pip freeze --exclude-editable | sed 's/+cpu$$//' >> constraints.txt
+# What to paste into a bug report: Python, torch, bf16, installed vs pinned versions, data, commit.
+envcheck:
+	$(TASKS) envcheck
+
+pin:
+	$(TASKS) pin
 
 clean:
-	rm -rf _build
+	$(TASKS) clean

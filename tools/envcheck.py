@@ -1,0 +1,191 @@
+"""Print what a bug report needs to know about this machine, in one block to paste.
+
+    python tools/tasks.py envcheck        (or: make envcheck, or .venv/bin/python tools/envcheck.py)
+
+Sections: system, python, torch (build, CUDA/MPS, threads, bfloat16 on the CPU), packages (every
+pin in constraints.txt against what is installed; mismatches marked), data (where Multi30k is
+looked for and whether its files are there), repository (commit, local changes).
+
+Standard library only at the top: it must run when the install itself is what failed. Each
+section catches its own errors and prints them, so one broken package never hides the rest; the
+exit status is 0 whenever the report could be printed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The six files transformer_lib.data verifies (its SHA256 table); repeated so that the data
+# section still answers when the package cannot be imported.
+MULTI30K_FILES = [
+    f"{stem}.{lang}.gz" for stem in ("train", "val", "test_2016_flickr") for lang in ("de", "en")
+]
+
+
+def system() -> list[str]:
+    return [
+        f"os: {platform.platform()}",
+        f"machine: {platform.machine()} ({os.cpu_count()} logical CPUs)",
+    ]
+
+
+def python() -> list[str]:
+    in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix)
+    return [
+        f"version: {platform.python_implementation()} {platform.python_version()}",
+        f"executable: {sys.executable} ({'virtual environment' if in_venv else 'no venv'})",
+    ]
+
+
+def _bf16_checks(torch) -> list[str]:  # noqa: ANN001 (torch is imported lazily)
+    lines = []
+    try:
+        # 2 x 2 ones times ones is exactly 2 in every entry, representable in bfloat16.
+        a = torch.ones(2, 2, dtype=torch.bfloat16)
+        ok = bool(((a @ a) == 2).all())
+        lines.append(f"bf16 matmul (CPU): {'works' if ok else 'WRONG RESULT'}")
+    except Exception as e:  # noqa: BLE001 (the report shows any failure)
+        lines.append(f"bf16 matmul (CPU): FAILS ({type(e).__name__}: {e})")
+    try:
+        # What `--fast` uses: autocast runs linear layers in bfloat16 on the CPU.
+        x, w = torch.ones(2, 4), torch.ones(3, 4)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.nn.functional.linear(x, w)
+        ok = y.dtype == torch.bfloat16 and bool((y.float() == 4).all())
+        lines.append(f"bf16 autocast (CPU): {'works' if ok else f'not applied ({y.dtype})'}")
+    except Exception as e:  # noqa: BLE001
+        lines.append(f"bf16 autocast (CPU): FAILS ({type(e).__name__}: {e})")
+    return lines
+
+
+def torch_section() -> list[str]:
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001 (a broken torch install is what the report is for)
+        return [f"NOT IMPORTABLE: {type(e).__name__}: {e}"]
+    mps = getattr(torch.backends, "mps", None)
+    cpu = getattr(torch.backends, "cpu", None)
+    lines = [
+        f"version: {torch.__version__} (git {torch.version.git_version[:12]})",
+        f"cuda: build {torch.version.cuda or 'none (CPU build)'}, "
+        f"available {torch.cuda.is_available()}",
+        f"mps available: {bool(mps and mps.is_available())}",
+        f"cpu capability: {cpu.get_cpu_capability() if cpu else 'unknown'}",
+        f"threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} "
+        f"inter-op (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})",
+    ]
+    return lines + _bf16_checks(torch)
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    """`name==version` lines of a constraints file, by normalized name."""
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[_normalize(name)] = version.strip()
+    return pins
+
+
+def packages() -> list[str]:
+    path = ROOT / "constraints.txt"
+    if not path.exists():
+        return [f"{path} not found"]
+    pins = read_pins(path)
+    rows, bad = [], []
+    for name, pinned in sorted(pins.items()):
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            installed = "missing"
+        # "2.13.0+cpu" is the pinned 2.13.0 (constraints.txt drops PyTorch's local label).
+        same = installed.split("+", 1)[0] == pinned
+        if not same:
+            bad.append(name)
+        rows.append(f"{'  ' if same else '!!'} {name:32} {installed:16} pin {pinned}")
+    summary = f"{len(pins) - len(bad)} of {len(pins)} match constraints.txt"
+    if bad:
+        listed = ", ".join(bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+        summary += f"; mismatched or missing (!!): {listed}"
+    return [summary, *rows]
+
+
+def data() -> list[str]:
+    try:
+        from transformer_lib.data import default_data_dir
+
+        where, how = default_data_dir(), "transformer_lib.data.default_data_dir()"
+    except Exception as e:  # noqa: BLE001 (torch may be what is broken)
+        # The package's own rule, restated: $MULTI30K_DIR, else the project's shared copy,
+        # else the download cache.
+        env, shared = os.environ.get("MULTI30K_DIR"), ROOT.parent / "shared" / "data" / "multi30k"
+        cache = Path.home() / ".cache" / "transformer_lib" / "multi30k"
+        where = Path(env).expanduser() if env else shared if shared.is_dir() else cache
+        how = f"package not importable ({type(e).__name__}), looked where it would"
+    present = [f for f in MULTI30K_FILES if (where / f).is_file()]
+    return [
+        f"MULTI30K_DIR: {os.environ.get('MULTI30K_DIR', 'unset')}",
+        f"multi30k folder: {where} ({how})",
+        f"multi30k files found: {len(present)} of {len(MULTI30K_FILES)}"
+        + ("" if len(present) == len(MULTI30K_FILES) else " (chapter 8 and training need them)"),
+    ]
+
+
+def repository() -> list[str]:
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True
+        )
+        return done.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no").splitlines()
+    except (OSError, subprocess.SubprocessError) as e:
+        return [f"commit: unknown (git: {type(e).__name__})"]
+    state = f"{len(changed)} changed tracked files" if changed else "no local changes"
+    return [f"commit: {commit} ({state})"]
+
+
+SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
+    ("system", system),
+    ("python", python),
+    ("torch", torch_section),
+    ("packages", packages),
+    ("data", data),
+    ("repository", repository),
+]
+
+
+def report() -> str:
+    out = ["```text", "transformer_lib environment check (tools/envcheck.py)"]
+    for title, section in SECTIONS:
+        try:
+            lines = section()
+        except Exception as e:  # noqa: BLE001 (one failing section must not hide the others)
+            lines = [f"SECTION FAILED: {type(e).__name__}: {e}"]
+        out += [f"[{title}]", *(f"  {line}" for line in lines)]
+    return "\n".join([*out, "```"])
+
+
+def main() -> int:
+    print("Paste everything below, including the ``` lines, into the bug report:\n")
+    print(report())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

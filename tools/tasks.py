@@ -1,0 +1,375 @@
+"""The project's tasks in plain Python, for every operating system: `python tools/tasks.py TASK`.
+
+The Makefile's targets call this file (`make test` runs `python3 tools/tasks.py test`), so each
+step is defined once, here; readers without `make` (Windows, often macOS) run the same steps:
+
+    python tools/tasks.py book        # execute every chapter and render the site into _build/html
+    python tools/tasks.py test        # lint, export-check, unit, nbval, book-check
+    python tools/tasks.py execute chapters/02_masks.ipynb   # refresh stored outputs
+    python tools/tasks.py --dry-run test                    # print the steps, run nothing
+    python tools/tasks.py --list
+
+Standard library only, no shell: every command is an argument list run with `subprocess`, paths
+are built with `pathlib`, and the virtual environment's programs are looked up in `.venv/bin/`
+(POSIX) or `.venv\\Scripts\\` (Windows).
+
+Environment: `PIP_EXTRA_INDEX_URL` (read by pip itself) selects e.g. PyTorch's CPU wheel index
+in CI; `TASKS_CONSTRAINTS` names another constraints file, or `none` to install from the ranges
+in pyproject.toml (for a Python that the exact pins do not support); `SITE_CHROMIUM` names the
+browser for the site check on macOS and Windows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(".venv")
+STAMP = VENV / ".installed"
+# Every step runs with these (they used to be exported by the Makefile): figures drawn by the
+# site's own Vega with stable ids, and one hash seed so nbval sees the same outputs every run.
+ENV = {"BOOK_FIGURES": "offline", "PYTHONHASHSEED": "0"}
+CONSTRAINTS = "constraints.txt"
+SITE_CONFIG = "_build_ci_config.yml"
+LINUX_CHROMIUM = "/usr/lib/chromium/chromium"  # what tools/browser_deps.sh installs
+
+
+class TaskError(RuntimeError):
+    """A step failed: the message names it (the runner prints it and exits non-zero)."""
+
+
+class Runner:
+    """Runs (or, with dry_run, only records) the steps of the tasks.
+
+    `system` is `platform.system()` ("Linux", "Darwin", "Windows"); tests pass another value to
+    see another platform's plan. `installed` forces the answer of "is .venv up to date?"
+    (None: look at the stamp file, as make did).
+    """
+
+    def __init__(
+        self, *, dry_run: bool = False, system: str | None = None, installed: bool | None = None
+    ) -> None:
+        self.dry_run = dry_run
+        self.system = system or platform.system()
+        self.installed = installed
+        self.env = {**os.environ, **ENV}
+        self.log: list[str] = []
+        self._done: set[str] = set()
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def windows(self) -> bool:
+        return self.system == "Windows"
+
+    def tool(self, name: str) -> str:
+        """A program installed in the virtual environment, e.g. `.venv/bin/pytest`."""
+        if self.windows:
+            return str(VENV / "Scripts" / f"{name}.exe").replace("/", "\\")
+        return (VENV / "bin" / name).as_posix()
+
+    @property
+    def python(self) -> str:
+        return self.tool("python")
+
+    # ------------------------------------------------------------------ actions
+    def _record(self, line: str) -> None:
+        self.log.append(line)
+        print(f"+ {line}", flush=True)
+
+    def run(self, *argv: str, stdout_to: str | None = None) -> None:
+        """Run one command (no shell); stop the task if it fails."""
+        shown = " ".join(argv) + (f" > {stdout_to}" if stdout_to else "")
+        self._record(shown)
+        if self.dry_run:
+            return
+        try:
+            if stdout_to is None:
+                code = subprocess.run(list(argv), env=self.env).returncode
+            else:
+                with open(stdout_to, "w", encoding="utf-8") as out:
+                    code = subprocess.run(list(argv), env=self.env, stdout=out).returncode
+        except FileNotFoundError as e:
+            raise TaskError(f"{argv[0]} not found ({e.strerror}): run the install task") from e
+        if code != 0:
+            raise TaskError(f"`{shown}` exited with status {code}")
+
+    def remove(self, path: str) -> None:
+        """`rm -rf path`: a missing path is fine."""
+        self._record(f"remove {path}")
+        if self.dry_run:
+            return
+        p = Path(path)
+        if p.is_dir() and sys.version_info >= (3, 12):
+            shutil.rmtree(p, onexc=_make_writable_and_retry)
+        elif p.is_dir():
+            shutil.rmtree(p, onerror=_make_writable_and_retry)  # onexc is 3.12+
+        elif p.exists():
+            p.unlink()
+
+    def say(self, text: str) -> None:
+        self.log.append(f"# {text}")
+        print(text, flush=True)
+
+    def once(self, name: str) -> bool:
+        """True the first time a prerequisite is met in this invocation (make's behaviour)."""
+        if name in self._done:
+            return False
+        self._done.add(name)
+        return True
+
+
+def _make_writable_and_retry(func: Callable[[str], object], path: str, _exc: object) -> None:
+    # Windows refuses to delete read-only files (git objects, some wheels' data); rm -rf does not.
+    os.chmod(path, 0o700)
+    func(path)
+
+
+# ---------------------------------------------------------------------------------- tasks
+
+
+def _constraints() -> list[str]:
+    """`-c constraints.txt`, or another file / none through TASKS_CONSTRAINTS."""
+    chosen = os.environ.get("TASKS_CONSTRAINTS", CONSTRAINTS)
+    return [] if chosen.lower() in ("", "none") else ["-c", chosen]
+
+
+def _stamp_is_fresh() -> bool:
+    """As make decided: the stamp exists and neither pyproject.toml nor constraints.txt is newer."""
+    if not STAMP.exists():
+        return False
+    built = STAMP.stat().st_mtime
+    deps = [Path("pyproject.toml"), Path(CONSTRAINTS)]
+    return all(d.stat().st_mtime <= built for d in deps if d.exists())
+
+
+def install(r: Runner, args: list[str]) -> None:
+    """Create .venv with the exact versions in constraints.txt (again when either file changed)."""
+    if not r.once("install"):
+        return
+    fresh = _stamp_is_fresh() if r.installed is None else r.installed
+    if fresh:
+        return
+    r.run(sys.executable, "-m", "venv", str(VENV))
+    r.run(r.python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    # torch 2.13.0 is pinned in constraints.txt: a CPU build on these machines (CI on GitHub picks
+    # the CPU wheel through PIP_EXTRA_INDEX_URL, which pip reads itself).
+    r.run(r.python, "-m", "pip", "install", "--quiet", *_constraints(), "-e", ".[book,dev]")
+    r._record(f"touch {STAMP.as_posix()}")
+    if not r.dry_run:
+        STAMP.touch()
+
+
+def book(r: Runner, args: list[str]) -> None:
+    """Execute every chapter and render the site into _build/html."""
+    install(r, [])
+    r.run(r.python, "tools/fetch_assets.py")
+    r.remove("_build/html")  # --all re-renders every page but keeps pages of files since removed
+    r.run(r.tool("jupyter-book"), "build", "--all", "-W", "-n", "--keep-going", ".")
+    r.say("Open _build/html/index.html")
+
+
+def lint(r: Runner, args: list[str]) -> None:
+    """ruff over the whole repository (chapters included)."""
+    install(r, [])
+    r.run(r.tool("ruff"), "check", *(args or ["."]))
+
+
+def export_check(r: Runner, args: list[str]) -> None:
+    """Fail when the package differs from what the chapters export."""
+    install(r, [])
+    r.run(r.python, "tools/export.py", "--check")
+
+
+def unit(r: Runner, args: list[str]) -> None:
+    """Unit tests (arguments replace the default `tests`, e.g. one test file)."""
+    install(r, [])
+    r.run(r.tool("pytest"), "-n", "2", "-q", *(args or ["tests"]))
+
+
+def nbval(r: Runner, args: list[str]) -> None:
+    """Re-execute chapters and compare with their stored outputs (arguments: notebooks)."""
+    install(r, [])
+    r.run(
+        r.tool("pytest"), "-q", "-p", "no:randomly", "--nbval", *(args or ["chapters"]),
+        "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-n", "2", "--dist", "loadfile",
+    )  # fmt: skip
+
+
+def _installed_chrome(system: str) -> str | None:
+    """A Chrome or Chromium binary at its usual place on macOS or Windows, if there is one."""
+    if system == "Darwin":
+        candidates = [
+            "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+            "/Applications/Chromium.app/Contents/MacOS/Chromium",
+        ]
+    elif system == "Windows":
+        bases = [os.environ.get(v) for v in ("PROGRAMFILES", "PROGRAMFILES(X86)", "LOCALAPPDATA")]
+        candidates = [
+            str(Path(b) / "Google" / "Chrome" / "Application" / "chrome.exe") for b in bases if b
+        ]
+    else:
+        candidates = []
+    return next((c for c in candidates if Path(c).is_file()), None)
+
+
+def browser_deps(r: Runner, args: list[str]) -> str | None:
+    """Linux: Debian's chromium via tools/browser_deps.sh (apt-get, once).
+
+    macOS / Windows: no apt-get; the browser check uses SITE_CHROMIUM or an installed Chrome.
+    Returns the browser for the site tests, or None when the browser check must be skipped.
+    """
+    if r.system == "Linux":
+        if r.once("browser-deps"):
+            r.run("bash", "tools/browser_deps.sh")
+        return LINUX_CHROMIUM
+    found = os.environ.get("SITE_CHROMIUM") or _installed_chrome(r.system)
+    if found:
+        r.say(f"browser check: using {found} (SITE_CHROMIUM)")
+        r.env["SITE_CHROMIUM"] = found
+    else:
+        r.say(
+            f"browser check skipped on {r.system}: it needs Chromium, which tools/browser_deps.sh "
+            "installs with apt-get on Debian/Ubuntu only, and no Chrome was found in its usual "
+            "place. Set SITE_CHROMIUM to a Chrome or Chromium binary to run it. The site's static "
+            "checks (tests/site/test_static.py) still run."
+        )
+    return found
+
+
+def book_check(r: Runner, args: list[str]) -> None:
+    """Build the site from the stored outputs, then check every page (headless Chromium)."""
+    install(r, [])
+    browser = browser_deps(r, [])
+    r.run(r.python, "tools/fetch_assets.py")
+    # Notebook execution off: nbval has just compared the stored outputs with a fresh run.
+    r.run(r.python, "tools/ci_config.py", stdout_to=SITE_CONFIG)
+    r.remove("_build/html")
+    try:
+        r.run(
+            r.tool("jupyter-book"), "build", "--all", "-W", "-n", "--keep-going",
+            "--config", SITE_CONFIG, ".",
+        )  # fmt: skip
+    finally:
+        r.remove(SITE_CONFIG)
+    site_tests = "tests/site" if browser else "tests/site/test_static.py"
+    r.run(r.tool("pytest"), "-q", site_tests)
+
+
+def test(r: Runner, args: list[str]) -> None:
+    """lint, export-check, unit, nbval, book-check: the README's test command."""
+    for step in (lint, export_check, unit, nbval, book_check):
+        step(r, [])
+
+
+def export(r: Runner, args: list[str]) -> None:
+    """Write transformer_lib/ from the chapters."""
+    install(r, [])
+    r.run(r.python, "tools/export.py")
+
+
+def execute(r: Runner, args: list[str]) -> None:
+    """Re-execute chapters in place (arguments: notebooks; default all), then export.
+
+    The package is exported first, so the chapters run against the code they define now (a
+    chapter imports earlier chapters' code from the package), and again afterwards.
+    """
+    install(r, [])
+    notebooks = args or sorted(p.as_posix() for p in Path("chapters").glob("*.ipynb"))
+    r.run(r.python, "tools/export.py")
+    r.run(
+        r.tool("jupyter"), "nbconvert", "--to", "notebook", "--execute", "--inplace",
+        "--ExecutePreprocessor.timeout=1800", *notebooks,
+    )  # fmt: skip
+    r.run(r.python, "tools/export.py")
+
+
+def envcheck(r: Runner, args: list[str]) -> None:
+    """Print the environment report to paste into a bug report (needs no working install)."""
+    python = r.python if Path(r.python).exists() else sys.executable
+    r.run(python, "tools/envcheck.py", *args)
+
+
+def pin(r: Runner, args: list[str]) -> None:
+    """Rewrite constraints.txt from the venv (upgrade deliberately, in a commit of its own)."""
+    install(r, [])
+    r._record(f"{r.python} -m pip freeze --exclude-editable > {CONSTRAINTS}")
+    if r.dry_run:
+        return
+    frozen = subprocess.run(
+        [r.python, "-m", "pip", "freeze", "--exclude-editable"],
+        env=r.env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    # The local label of PyTorch's CPU wheels ("+cpu") is dropped: `torch==2.13.0` then matches
+    # the CPU wheel and the default one alike, whichever index the installer uses.
+    lines = [line.removesuffix("+cpu") for line in frozen.splitlines()]
+    header = [
+        "# Exact versions CI installs (make install uses `pip install -c constraints.txt`).",
+        "# Upgrade deliberately, in a commit of its own: "
+        "`make pin` rewrites this file from the venv.",
+    ]
+    Path(CONSTRAINTS).write_text("\n".join(header + lines) + "\n", encoding="utf-8")
+
+
+def clean(r: Runner, args: list[str]) -> None:
+    """Remove _build."""
+    r.remove("_build")
+
+
+TASKS: dict[str, Callable[[Runner, list[str]], object]] = {
+    "install": install,
+    "book": book,
+    "test": test,
+    "lint": lint,
+    "export-check": export_check,
+    "unit": unit,
+    "nbval": nbval,
+    "book-check": book_check,
+    "browser-deps": browser_deps,
+    "export": export,
+    "execute": execute,
+    "envcheck": envcheck,
+    "pin": pin,
+    "clean": clean,
+}
+# Tasks whose arguments are passed on (paths); the others take none.
+TAKES_ARGS = {"lint", "unit", "nbval", "execute", "envcheck"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python tools/tasks.py",
+        description="The project's tasks (the Makefile's targets call these).",
+    )
+    parser.add_argument("task", nargs="?", choices=sorted(TASKS), metavar="TASK")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="paths for " + ", ".join(
+        sorted(TAKES_ARGS)))  # fmt: skip
+    parser.add_argument("-n", "--dry-run", action="store_true", help="print the steps only")
+    parser.add_argument("--list", action="store_true", help="list the tasks")
+    ns = parser.parse_args(argv)
+    if ns.list or ns.task is None:
+        for name, func in TASKS.items():
+            print(f"{name:13} {(func.__doc__ or '').splitlines()[0]}")
+        return 0
+    if ns.args and ns.task not in TAKES_ARGS:
+        parser.error(f"task {ns.task!r} takes no arguments, got {ns.args}")
+    os.chdir(ROOT)  # relative paths (and Windows' lookup of relative programs) start here
+    runner = Runner(dry_run=ns.dry_run)
+    try:
+        TASKS[ns.task](runner, ns.args)
+    except TaskError as e:
+        print(f"tasks.py {ns.task}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
