@@ -1,0 +1,135 @@
+"""The book's drawings (book/figures/*.svg): up to date with tools/draw_figures.py, and each one
+a self-contained, accessible SVG that fits a page column."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = ROOT / "book" / "figures"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+GENERIC_FONTS = {"sans-serif", "monospace", "serif"}
+# One page column: a viewBox this wide shows the text at a readable size (not a poster, not a
+# thumbnail); labels below MIN_FONT units would be smaller than about 8 px on the page.
+MIN_WIDTH, MAX_WIDTH, MIN_FONT = 700, 900, 10
+MAX_BYTES = 40_000
+EXPECTED = {
+    "architecture.svg",
+    *(f"where_{n:02d}.svg" for n in range(1, 9)),
+    "attention_qkv.svg",
+    "masks.svg",
+    "multihead.svg",
+    "pe_add.svg",
+    "shapes.svg",
+    "teacher_forcing.svg",
+    "kv_cache.svg",
+}
+
+
+def _load_tool():
+    """tools/ is not a package: load the script by path (registered first, as dataclasses need)."""
+    path = ROOT / "tools" / "draw_figures.py"
+    spec = importlib.util.spec_from_file_location("draw_figures", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+draw = _load_tool()
+
+
+def test_committed_drawings_match_the_script(capsys):
+    assert draw.main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_check_fails_on_a_stale_or_missing_drawing(tmp_path, capsys):
+    assert draw.main(["--out", str(tmp_path)]) == 0
+    assert draw.main(["--check", "--out", str(tmp_path)]) == 0
+    (tmp_path / "masks.svg").write_text("<svg/>", encoding="utf-8")
+    (tmp_path / "kv_cache.svg").unlink()
+    assert draw.main(["--check", "--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "masks.svg" in out and "kv_cache.svg" in out and "where_01.svg" not in out
+
+
+def test_drawings_are_deterministic():
+    assert draw.drawings() == draw.drawings()
+
+
+def test_the_expected_files_and_no_others():
+    assert set(draw.drawings()) == EXPECTED
+    assert {p.name for p in FIGURES.glob("*.svg")} == EXPECTED
+
+
+def test_palette_is_the_plots_palette():
+    viz = pytest.importorskip("transformer_lib.viz")
+    assert draw.PALETTE == viz.COLORS
+
+
+def test_a_label_too_wide_for_its_box_is_refused():
+    svg = draw.Svg(800, 100, "t", "d")
+    svg.box(0, 0, 100, 40, ["fits"], fill="#ffffff")
+    with pytest.raises(ValueError, match="too wide"):
+        svg.box(0, 0, 40, 40, ["multi-head attention"], fill="#ffffff")
+    with pytest.raises(ValueError, match="too tall"):
+        svg.box(0, 0, 100, 20, ["one", "two"], fill="#ffffff")
+
+
+def test_sub_and_superscripts_become_tspans():
+    svg = draw.Svg(800, 100, "t", "d")
+    svg.text(0, 10, "W^{Q} x_{i}", size=10)
+    root = ET.fromstring(svg.render())
+    text = root.find(f"{SVG_NS}text")
+    assert "".join(text.itertext()) == "WQ xi"
+    assert [t.text for t in text.iter(f"{SVG_NS}tspan") if t.get("font-size")] == ["Q", "i"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_drawing_is_a_self_contained_accessible_svg(name):
+    path = FIGURES / name
+    raw = path.read_text(encoding="utf-8")
+    assert len(raw.encode()) < MAX_BYTES, f"{name}: {len(raw.encode())} bytes"
+    root = ET.fromstring(raw)  # well-formed XML
+    assert root.tag == f"{SVG_NS}svg"
+    title, desc = root.find(f"{SVG_NS}title"), root.find(f"{SVG_NS}desc")
+    assert title is not None and title.text and title.text.strip()
+    assert desc is not None and len(desc.text.split()) >= 15, f"{name}: <desc> too short"
+    x0, y0, width, height = (float(v) for v in root.get("viewBox").split())
+    assert (x0, y0) == (0, 0) and MIN_WIDTH <= width <= MAX_WIDTH and 150 <= height <= width
+    # width/height attributes give an <img> its natural size (naturalWidth > 0 everywhere)
+    assert float(root.get("width")) == width and float(root.get("height")) == height
+
+    texts = list(root.iter(f"{SVG_NS}text"))
+    assert texts, f"{name}: no text"
+    for el in root.iter():
+        family = el.get("font-family")
+        if family is not None:
+            assert family in GENERIC_FONTS, f"{name}: font-family {family!r}"
+        size = el.get("font-size")
+        if size is not None and el.tag == f"{SVG_NS}text":
+            assert float(size) >= MIN_FONT, f"{name}: text at font-size {size}"
+        for attr, value in el.attrib.items():
+            if attr.endswith("href"):
+                assert value.startswith("#"), f"{name}: {attr}={value!r}"
+            for ref in re.findall(r"url\(([^)]*)\)", value):
+                assert ref.startswith("#"), f"{name}: url({ref})"
+    for el in texts:
+        assert el.get("font-family") in GENERIC_FONTS, f"{name}: text without a generic family"
+    assert "@import" not in raw and root.find(f".//{SVG_NS}image") is None
+    assert root.find(f".//{SVG_NS}style") is None and root.find(f".//{SVG_NS}script") is None
+
+
+def test_readme_describes_every_drawing():
+    readme = (FIGURES / "README.md").read_text(encoding="utf-8")
+    for name in sorted(EXPECTED):
+        section = readme.split(f"## `{name}`", 1)
+        assert len(section) == 2, f"README.md has no section for {name}"
+        body = section[1].split("\n## ", 1)[0]
+        assert "Alt text:" in body and "Caption:" in body, f"README.md, {name}"
