@@ -10,15 +10,17 @@ __all__ = [
     "rate",
     "SimpleLossCompute",
     "TrainState",
+    "train_step",
     "run_epoch",
     "copy_task_batches",
 ]
 
+import contextlib
 import itertools
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,7 +48,7 @@ class Batch:
     Args:
         src: (batch, S) source token ids.
         tgt: (batch, T) target token ids starting with the start symbol, or None (inference).
-        pad: the padding token id.
+        pad: the padding token id (keyword-only; 0, as in ``transformer_lib.data.PAD``).
 
     Attributes:
         src_mask: (batch, 1, S) bool, True where the source token is not padding.
@@ -59,7 +61,7 @@ class Batch:
     Batching of section 5.1; decoder input of section 3.1 (teacher forcing). Defined in chapter 6.
     """
 
-    def __init__(self, src: Tensor, tgt: Tensor | None = None, pad: int = 2) -> None:
+    def __init__(self, src: Tensor, tgt: Tensor | None = None, *, pad: int = 0) -> None:
         _check_tokens("src", src)
         self.pad = pad
         self.src = src  # (batch, S)
@@ -298,10 +300,85 @@ class TrainState:
     tokens: int = 0
 
 
+def train_step(
+    model: nn.Module,
+    batches: Sequence["Batch"],
+    criterion: Callable[[Tensor, Tensor], Tensor],
+    optimizer: torch.optim.Optimizer,
+    *,
+    precision: str = "fp32",
+    clip_norm: float | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    forward: nn.Module | None = None,
+    loss_scale: float | None = None,
+) -> tuple[float, int]:
+    """One optimizer update over `batches`, micro-batches whose gradients add up.
+
+    Args:
+        model: an ``EncoderDecoder`` (its ``generator`` scores the decoder states).
+        batches: `Batch` objects with targets, on the model's device.
+        criterion: ((N, vocab) log-probabilities, (N,) targets) -> summed loss
+            (e.g. ``LabelSmoothing``); it sees the real target positions only.
+        optimizer: updated once, after every batch has been back-propagated.
+        precision: "fp32", or "bf16" (forward and generator under bfloat16 autocast).
+        clip_norm: clip the global L2 norm of the gradients to this (None: no clipping).
+        scheduler: stepped once after the update (None: no schedule).
+        forward: the module called for the forward pass (default `model`; e.g. a
+            ``DistributedDataParallel`` wrapper of it, whose ``no_sync`` is used for every
+            batch but the last).
+        loss_scale: back-propagate ``loss * loss_scale`` (default: 1 / the number of real
+            target tokens of all the batches, so the update is that of one big batch).
+
+    Returns:
+        (summed loss over the real target tokens, number of those tokens).
+    Raises FloatingPointError, before updating, if the loss is not finite.
+    The training step of section 5. Defined in chapter 6.
+    """
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f'precision must be "fp32" or "bf16", got {precision!r}')
+    if clip_norm is not None and not clip_norm > 0:
+        raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm}")
+    if not batches:
+        raise ValueError("batches must hold at least one Batch")
+    if any(b.tgt_y is None for b in batches):
+        raise ValueError("every batch must have targets (Batch(src, tgt, pad=...))")
+    ntokens = sum(b.ntokens for b in batches)
+    scale = 1.0 / max(ntokens, 1) if loss_scale is None else loss_scale
+    call = model if forward is None else forward
+    total = 0.0
+    for i, b in enumerate(batches):
+        # A DDP wrapper averages gradients across processes at every backward; the
+        # micro-batches before the last one only need to add up locally.
+        last = i == len(batches) - 1
+        sync = contextlib.nullcontext() if last or not hasattr(call, "no_sync") else call.no_sync()
+        with sync:
+            device_type = b.src.device.type
+            with torch.autocast(device_type, torch.bfloat16, enabled=precision == "bf16"):
+                out = call(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (batch, T, d_model)
+                real = b.tgt_y != b.pad  # (batch, T)
+                logp = model.generator(out[real])  # (n_real, vocab)
+            loss = criterion(logp.float(), b.tgt_y[real])  # summed over the real tokens
+            (loss * scale).backward()
+        total += loss.item()
+    if not math.isfinite(total):
+        optimizer.zero_grad(set_to_none=True)
+        raise FloatingPointError(
+            f"the training loss is {total} (not finite): the run diverged; lower the "
+            "learning rate or clip the gradients (clip_norm)"
+        )
+    if clip_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if scheduler is not None:
+        scheduler.step()
+    return total, ntokens
+
+
 def run_epoch(
     data_iter: Iterable[Batch],
     model: nn.Module,
-    loss_compute: Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor]],
+    loss_compute: SimpleLossCompute,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     mode: str = "train",
@@ -310,13 +387,15 @@ def run_epoch(
     max_grad_norm: float | None = None,
     progress: bool = True,
     desc: str | None = None,
+    history: list[float] | None = None,
 ) -> tuple[float, TrainState]:
     """Run the model over every batch once; in "train" mode also update it.
 
     Args:
         data_iter: `Batch` objects with targets, on the model's device.
         model: forward(src, tgt, src_mask, tgt_mask) -> (batch, T, d_model) decoder states.
-        loss_compute: e.g. ``SimpleLossCompute(model.generator, criterion)``.
+        loss_compute: ``SimpleLossCompute(model.generator, criterion)``; training
+            updates go through `train_step` with its criterion.
         optimizer: required in "train" mode. scheduler: optional, stepped after each update.
         mode: "train" (dropout on, gradients, updates) or "eval" (dropout off, no_grad).
         accum_iter: batches per optimizer update. Each group's losses are divided by the
@@ -327,6 +406,7 @@ def run_epoch(
             (None: no clipping, as in the paper).
         progress: show a tqdm bar on stderr with the running loss, tok/s and learning rate.
         desc: label of the progress bar (default: the mode).
+        history: if given, the loss per token of every update is appended to it.
 
     Returns:
         (loss per non-padding target token over the epoch, the train state).
@@ -348,20 +428,27 @@ def run_epoch(
     total_loss, total_tokens, start = 0.0, 0, time.perf_counter()
     with torch.set_grad_enabled(train):
         for group in _groups(bar, accum_iter if train else 1):
-            norm = sum(b.ntokens for b in group)  # tokens of the whole update
-            for b in group:
-                out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (batch, T, d_model)
-                loss, loss_node = loss_compute(out, b.tgt_y, norm)
-                if train:
-                    loss_node.backward()  # gradients add up over the group
-                    state.accum_step += 1
-                    state.samples += b.src.size(0)
-                    state.tokens += b.ntokens
-                total_loss += float(loss)
-                total_tokens += b.ntokens
             if train:
-                _update(model, optimizer, scheduler, max_grad_norm)
+                loss, ntokens = train_step(
+                    model,
+                    group,
+                    loss_compute.criterion,
+                    optimizer,
+                    clip_norm=max_grad_norm,
+                    scheduler=scheduler,
+                )
                 state.step += 1
+                state.accum_step += len(group)
+                state.samples += sum(b.src.size(0) for b in group)
+                state.tokens += ntokens
+            else:
+                (b,) = group
+                out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (batch, T, d_model)
+                loss, ntokens = float(loss_compute(out, b.tgt_y, b.ntokens)[0]), b.ntokens
+            if history is not None:
+                history.append(loss / max(ntokens, 1))
+            total_loss += loss
+            total_tokens += ntokens
             if progress:
                 _show(bar, total_loss, total_tokens, start, optimizer if train else None)
     bar.close()
@@ -373,21 +460,6 @@ def _groups(batches: Iterable[Batch], size: int) -> Iterator[list[Batch]]:
     it = iter(batches)
     while group := list(itertools.islice(it, size)):
         yield group
-
-
-def _update(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
-    max_grad_norm: float | None,
-) -> None:
-    """Clip (optionally), take one optimizer step, clear the gradients, advance the schedule."""
-    if max_grad_norm is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    if scheduler is not None:
-        scheduler.step()
 
 
 def _show(
