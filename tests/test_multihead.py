@@ -343,11 +343,22 @@ def test_integer_mask_is_accepted_as_bool():
         (dict(h=2.0, d_model=16), r"h must be a positive integer"),
         (dict(h=2, d_model=16, dropout=1.0), r"dropout must be a probability in \[0, 1\)"),
         (dict(h=2, d_model=16, dropout=-0.1), r"dropout must be a probability"),
+        # the shared check_probability of chapter 1: bool, NaN and non-numbers too
+        (dict(h=2, d_model=16, dropout=True), r"dropout must be a real number.*bool True"),
+        (dict(h=2, d_model=16, dropout=float("nan")), r"dropout must be a probability.*nan"),
+        (dict(h=2, d_model=16, dropout=float("inf")), r"dropout must be a probability.*inf"),
+        (dict(h=2, d_model=16, dropout="0.1"), r"dropout must be a real number.*str"),
     ],
 )
 def test_constructor_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MultiHeadedAttention(**kwargs)
+
+
+def test_dropout_rate_is_stored_as_a_float():
+    # an int 0 or a numpy-like Real is accepted and becomes nn.Dropout's float p
+    assert MultiHeadedAttention(2, 16, dropout=0).dropout.p == 0.0
+    assert isinstance(MultiHeadedAttention(2, 16, dropout=0).dropout.p, float)
 
 
 def test_forward_errors():

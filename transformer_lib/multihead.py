@@ -9,73 +9,53 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lib.attention import attention, check_mask
+from transformer_lib.attention import attention, check_mask, check_probability
 
 
-def _check_input(
-    x: Tensor, name: str, d_model: int, batch: int | None = None, batch_of: str = "query"
-) -> None:
-    """ValueError unless ``x`` is a floating (batch, len, d_model) tensor (with ``batch`` rows)."""
-    if not isinstance(x, Tensor) or x.dim() != 3 or not x.is_floating_point():
-        got = (tuple(x.shape), x.dtype) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(
-            f"{name} must be a floating-point tensor of shape (batch, len, d_model={d_model}), "
-            f"got {got}"
-        )
-    if x.size(-1) != d_model:
-        raise ValueError(
-            f"{name}'s last dimension must be d_model={d_model}, got {name} of shape "
-            f"{tuple(x.shape)}"
-        )
-    if batch is not None and x.size(0) != batch:
-        raise ValueError(
-            f"{name} must have the {batch_of}'s batch size {batch}, got {name} of shape "
-            f"{tuple(x.shape)}"
-        )
+def _fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
+    """``F.scaled_dot_product_attention`` with the book's convention for
+    fully masked rows.
 
-
-def _fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
-    """``F.scaled_dot_product_attention`` with the book's convention for fully masked rows.
-
-    q (batch, h, q_len, d_k), k and v (batch, h, k_len, d_k), mask bool broadcastable to
-    (batch, h, q_len, k_len) -> (batch, h, q_len, d_k). A query with no allowed key gets a zero
-    output, like chapter 1's ``attention`` (PyTorch backends differ: some give NaN).
+    q (batch, h, q_len, d_k), k and v (batch, h, k_len, d_k), mask bool
+    broadcastable to (batch, h, q_len, k_len) -> (batch, h, q_len, d_k).
+    A query with no allowed key gets a zero output, like chapter 1's
+    ``attention``, whatever the kernel would give for it.
     """
-    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
-        # PyTorch's fused CPU kernel is slower in bf16 than in fp32 without AMX (measured in
-        # the performance appendix): attend in fp32; autocast would cast back to bf16.
-        with torch.autocast("cpu", enabled=False):
-            return _fast_attention(q.float(), k.float(), v.float(), mask, p).to(q.dtype)
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
     sees_any = mask.any(dim=-1, keepdim=True)  # (…, q_len, 1)
-    # The usual case, nothing to repair; checked on the CPU only (on a GPU, reading the answer
-    # would make the host wait for the device).
+    # The usual case, nothing to repair; checked on the CPU only (on a GPU,
+    # reading the answer would make the host wait for the device).
     if q.device.type == "cpu" and bool(sees_any.all()):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-    # Unmask fully masked rows for the kernel (no NaN, no NaN gradients), then zero them.
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~sees_any, dropout_p=p)
+    # Unmask fully masked rows for the kernel (no NaN, no NaN gradients),
+    # then zero their outputs.
+    keep = mask | ~sees_any
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=p)
     return out.masked_fill(~sees_any, 0.0)  # (batch, h, q_len, d_k)
 
 
 class MultiHeadedAttention(nn.Module):
-    """Multi-head attention: h scaled dot-product attentions side by side, concatenated.
+    """Multi-head attention: h scaled dot-product attentions side by side.
 
     ``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with
-    ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`` ("Attention Is All You Need",
-    Section 3.2.2).
+    ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`` ("Attention Is All You
+    Need", Section 3.2.2).
 
     Args:
         h: number of heads.
-        d_model: model width; each head works in ``d_k = d_model // h`` dimensions.
+        d_model: model width; each head works in ``d_k = d_model // h``
+            dimensions.
         dropout: dropout probability on the attention weights, in [0, 1).
-        bias: whether the projections have biases (as in ``nn.MultiheadAttention``).
+        bias: whether the projections have biases (as in
+            ``nn.MultiheadAttention``).
 
-    Parameters: ``in_proj`` (d_model -> 3·d_model; rows ``[0:d]``, ``[d:2d]``, ``[2d:3d]`` are
-    W^Q, W^K, W^V: the layout of ``nn.MultiheadAttention.in_proj_weight``) and ``out_proj``
-    (W^O). With ``store_attention = True`` the weights of the last call are kept in ``attn``
-    (batch, h, q_len, k_len), after dropout; otherwise ``attn`` is None and PyTorch's fused
-    ``F.scaled_dot_product_attention`` is used.
+    Parameters: ``in_proj`` (d_model -> 3·d_model; rows ``[0:d]``,
+    ``[d:2d]``, ``[2d:3d]`` are W^Q, W^K, W^V: the layout of
+    ``nn.MultiheadAttention.in_proj_weight``) and ``out_proj`` (W^O). With
+    ``store_attention = True`` the weights of the last call are kept in
+    ``attn`` (batch, h, q_len, k_len), after dropout; otherwise ``attn`` is
+    None and PyTorch's fused ``F.scaled_dot_product_attention`` is used.
 
     Defined in chapter 3.
     """
@@ -87,33 +67,41 @@ class MultiHeadedAttention(nn.Module):
                 raise ValueError(f"{name} must be a positive integer, got {n!r}")
         if d_model % h:
             raise ValueError(
-                f"d_model must be divisible by h (each head gets d_model / h dimensions), "
-                f"got d_model={d_model} and h={h}"
+                "d_model must be divisible by h (each head gets d_model / h "
+                f"dimensions), got d_model={d_model} and h={h}"
             )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        p = check_probability(dropout, "dropout")
         self.h, self.d_k, self.d_model = h, d_model // h, d_model
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W^Q; W^K; W^V]
+        # [W^Q; W^K; W^V]
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
-        self.dropout = nn.Dropout(dropout)  # on the attention weights
+        self.dropout = nn.Dropout(p)  # on the attention weights
         self.store_attention = False
         self.attn: Tensor | None = None
-        # nn.MultiheadAttention's initialisation: Xavier for W^Q, W^K, W^V, zero biases.
+        # nn.MultiheadAttention's initialisation: Xavier for W^Q, W^K, W^V,
+        # zero biases.
         nn.init.xavier_uniform_(self.in_proj.weight)
         if bias:
             nn.init.zeros_(self.in_proj.bias)
             nn.init.zeros_(self.out_proj.bias)
 
     def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
     ) -> Tensor:
-        """query (batch, q_len, d_model), key and value (batch, k_len, d_model), mask bool
-        broadcastable to (batch, q_len, k_len) or (batch, h, q_len, k_len), True = may attend
-        -> (batch, q_len, d_model)."""
+        """query (batch, q_len, d_model), key and value (batch, k_len,
+        d_model), mask bool broadcastable to (batch, q_len, k_len) or
+        (batch, h, q_len, k_len), True = may attend
+        -> (batch, q_len, d_model).
+        """
         _check_input(query, "query", self.d_model)
-        if query is key and key is value:  # self-attention: one product for Q, K and V
-            qkv = self._project(query, slice(None))  # (batch, len, 3·d_model)
-            q, k, v = (self._split(t) for t in qkv.chunk(3, dim=-1))  # 3 × (batch, h, len, d_k)
+        if query is key and key is value:  # self-attention: one product
+            qkv = self._project(query, slice(None))  # (batch, len, 3·d)
+            # 3 × (batch, h, len, d_k)
+            q, k, v = (self._split(t) for t in qkv.chunk(3, dim=-1))
             return self._attend_heads(q, k, v, mask)
         _check_input(key, "key", self.d_model, batch=query.size(0))
         return self.attend(query, *self.project_kv(key, value), mask=mask)
@@ -121,8 +109,8 @@ class MultiHeadedAttention(nn.Module):
     def project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """1) Project keys and values and split them into heads.
 
-        key, value (batch, k_len, d_model) -> k, v, each (batch, h, k_len, d_k): what a
-        key/value cache stores (chapter 7).
+        key, value (batch, k_len, d_model) -> k, v, each (batch, h, k_len,
+        d_k): what a key/value cache stores (chapter 7).
         """
         _check_input(key, "key", self.d_model)
         _check_input(value, "value", self.d_model, batch=key.size(0), batch_of="key")
@@ -132,56 +120,114 @@ class MultiHeadedAttention(nn.Module):
                 f"{tuple(key.shape)} and value of shape {tuple(value.shape)}"
             )
         d = self.d_model
-        if key is value:  # e.g. encoder-decoder attention over `memory`: one product
+        if key is value:
+            # e.g. attention over the encoder's `memory`: one product
             k, v = self._project(key, slice(d, 3 * d)).chunk(2, dim=-1)
         else:
-            k, v = self._project(key, slice(d, 2 * d)), self._project(value, slice(2 * d, 3 * d))
+            k = self._project(key, slice(d, 2 * d))
+            v = self._project(value, slice(2 * d, 3 * d))
         return self._split(k), self._split(v)  # (batch, h, k_len, d_k) each
 
     def attend(self, query: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Project ``query`` (batch, q_len, d_model) and attend over projected ``k``, ``v``
-        (batch, h, k_len, d_k) from :meth:`project_kv` -> (batch, q_len, d_model)."""
+        """Project ``query`` (batch, q_len, d_model) and attend over projected
+        ``k``, ``v`` (batch, h, k_len, d_k) from :meth:`project_kv`
+        -> (batch, q_len, d_model)."""
         _check_input(query, "query", self.d_model)
-        for name, t in (("k", k), ("v", v)):
-            if (
-                not isinstance(t, Tensor)
-                or t.dim() != 4
-                or t.shape[:2] != (query.size(0), self.h)
-                or t.size(-1) != self.d_k
-                or t.size(2) != k.size(2)
-            ):
-                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise ValueError(
-                    f"{name} must be projected by project_kv, of shape (batch={query.size(0)}, "
-                    f"h={self.h}, k_len, d_k={self.d_k}) like k, got {got}"
-                )
-        q = self._split(self._project(query, slice(0, self.d_model)))  # (batch, h, q_len, d_k)
+        _check_projected(k, v, query.size(0), self.h, self.d_k)
+        # (batch, h, q_len, d_k)
+        q = self._split(self._project(query, slice(0, self.d_model)))
         return self._attend_heads(q, k, v, mask)
 
     def _attend_heads(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """2) attend in every head, 3) concatenate the heads and apply W^O."""
-        if mask is not None:  # (…, q_len, k_len), or (batch, h, q_len, k_len) per head
+        if mask is not None:  # (…, q_len, k_len) or (batch, h, q_len, k_len)
             no_head_dim = isinstance(mask, Tensor) and mask.dim() == 3
             batch_shape = (q.size(0),) if no_head_dim else (q.size(0), self.h)
             mask = check_mask(mask, q.size(2), k.size(2), batch_shape=batch_shape)
             if no_head_dim:
-                mask = mask.unsqueeze(1)  # (batch, 1, q_len, k_len): the same for every head
+                # (batch, 1, q_len, k_len): the same in every head
+                mask = mask.unsqueeze(1)
         if self.store_attention:  # chapter 1's attention, keeping the weights
-            x, self.attn = attention(q, k, v, mask, self.dropout)  # (batch, h, q_len, d_k)
-        else:  # PyTorch's fused kernel
+            # (batch, h, q_len, d_k), (batch, h, q_len, k_len)
+            x, self.attn = attention(q, k, v, mask, self.dropout)
+        else:  # PyTorch's fused kernel (see the engineering notes below)
             p = self.dropout.p if self.training else 0.0
             x, self.attn = _fast_attention(q, k, v, mask, p), None
         return self.out_proj(self._merge(x))  # (batch, q_len, d_model)
 
     def _project(self, x: Tensor, rows: slice) -> Tensor:
-        """x @ in_proj[rows]ᵀ + bias[rows]: one, two or all three of W^Q, W^K, W^V at once."""
+        """x @ in_proj[rows]ᵀ + bias[rows]: one, two or all three of W^Q,
+        W^K, W^V at once."""
         b = self.in_proj.bias
-        return F.linear(x, self.in_proj.weight[rows], None if b is None else b[rows])
+        w = self.in_proj.weight[rows]
+        return F.linear(x, w, None if b is None else b[rows])
 
     def _split(self, x: Tensor) -> Tensor:
-        """(batch, len, d_model) -> (batch, h, len, d_k): head i gets columns i·d_k … (i+1)·d_k."""
+        """(batch, len, d_model) -> (batch, h, len, d_k): head i gets columns
+        i·d_k … (i+1)·d_k - 1."""
         return x.unflatten(-1, (self.h, self.d_k)).transpose(1, 2)
 
     def _merge(self, x: Tensor) -> Tensor:
-        """(batch, h, len, d_k) -> (batch, len, d_model): concatenate the heads."""
+        """(batch, h, len, d_k) -> (batch, len, d_model): concatenate the
+        heads."""
         return x.transpose(1, 2).flatten(-2)
+
+
+def _check_input(
+    x: Tensor,
+    name: str,
+    d_model: int,
+    batch: int | None = None,
+    batch_of: str = "query",
+) -> None:
+    """ValueError unless ``x`` is a floating (batch, len, d_model) tensor
+    (with ``batch`` rows)."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or not x.is_floating_point():
+        got = (tuple(x.shape), x.dtype) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(
+            f"{name} must be a floating-point tensor of shape "
+            f"(batch, len, d_model={d_model}), got {got}"
+        )
+    if x.size(-1) != d_model:
+        raise ValueError(
+            f"{name}'s last dimension must be d_model={d_model}, "
+            f"got {name} of shape {tuple(x.shape)}"
+        )
+    if batch is not None and x.size(0) != batch:
+        raise ValueError(
+            f"{name} must have the {batch_of}'s batch size {batch}, "
+            f"got {name} of shape {tuple(x.shape)}"
+        )
+
+
+def _check_projected(k: Tensor, v: Tensor, batch: int, h: int, d_k: int) -> None:
+    """ValueError unless ``k`` and ``v`` are (batch, h, k_len, d_k) tensors
+    of one k_len, as :meth:`MultiHeadedAttention.project_kv` returns them."""
+    for name, t in (("k", k), ("v", v)):
+        if (
+            not isinstance(t, Tensor)
+            or t.dim() != 4
+            or t.shape[:2] != (batch, h)
+            or t.size(-1) != d_k
+            or t.size(2) != k.size(2)
+        ):
+            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(
+                f"{name} must be projected by project_kv, of shape "
+                f"(batch={batch}, h={h}, k_len, d_k={d_k}) like k, got {got}"
+            )
+
+
+def _fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
+    """:func:`_fused_attention`, in fp32 for bf16/fp16 inputs on a CPU.
+
+    Same arguments and result (in the inputs' dtype). A speed-only variant:
+    without AMX, PyTorch's fused CPU kernel is slower in bf16 than in fp32
+    (measured in the performance appendix).
+    """
+    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+        # autocast would cast the fp32 inputs straight back to bf16
+        with torch.autocast("cpu", enabled=False):
+            out = _fused_attention(q.float(), k.float(), v.float(), mask, p)
+        return out.to(q.dtype)
+    return _fused_attention(q, k, v, mask, p)
