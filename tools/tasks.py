@@ -222,14 +222,16 @@ def _installed_chrome(system: str) -> str | None:
 def browser_deps(r: Runner, args: list[str]) -> str | None:
     """Linux: Debian's chromium via tools/browser_deps.sh (apt-get, once).
 
-    macOS / Windows: no apt-get; the browser check uses SITE_CHROMIUM or an installed Chrome.
-    Returns the browser for the site tests, or None when the browser check must be skipped.
+    A browser named by SITE_CHROMIUM is used instead when it exists (Ubuntu's chromium is a
+    snap, other distributions have no apt-get). macOS / Windows: SITE_CHROMIUM or an installed
+    Chrome. Returns the browser for the site tests, or None when the browser check is skipped.
     """
-    if r.system == "Linux":
+    chosen = os.environ.get("SITE_CHROMIUM")
+    if r.system == "Linux" and not (chosen and Path(chosen).is_file()):
         if r.once("browser-deps"):
             r.run("bash", "tools/browser_deps.sh")
         return LINUX_CHROMIUM
-    found = os.environ.get("SITE_CHROMIUM") or _installed_chrome(r.system)
+    found = chosen or _installed_chrome(r.system)
     if found:
         r.say(f"browser check: using {found} (SITE_CHROMIUM)")
         r.env["SITE_CHROMIUM"] = found
