@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -40,6 +40,8 @@ CHROMIUM_ARGS = [
 NON_PAGE_DIRS = {"_static", "_sources", "_images", "mathjax", "_downloads"}
 # Pages Sphinx writes for every site, with no chapter content.
 NON_CHAPTER_PAGES = {"genindex.html", "search.html", "index.html"}
+# The book's drawings (tools/draw_figures.py); Sphinx copies the ones a page uses to _images/.
+FIGURES = ROOT / "book" / "figures"
 
 
 # --------------------------------------------------------------------------- discovery
@@ -105,6 +107,36 @@ def count_book_figures(nb: dict) -> int:
     return n
 
 
+def drawing_names(figures: Path = FIGURES) -> set[str]:
+    """File names of the book's drawings (book/figures/*.svg)."""
+    return {p.name for p in figures.glob("*.svg")}
+
+
+def drawing_of(src: str, names: set[str]) -> str | None:
+    """The drawing an <img src> shows (`../_images/where_01.svg` -> `where_01.svg`), or None for
+    any other image (plots are inline SVG, not <img>; a theme logo is not a drawing)."""
+    path = unquote(urlsplit(src).path)
+    parts = path.split("/")
+    if len(parts) >= 2 and parts[-2] == "_images" and parts[-1] in names:
+        return parts[-1]
+    return None
+
+
+def real_alt_text(alt: str | None, src: str) -> bool:
+    """True when `alt` describes the image. Sphinx writes the image's path as its alt text when
+    a figure has no `:alt:`, so a file name is no alt text."""
+    alt = (alt or "").strip()
+    return bool(alt) and alt != src and not alt.lower().endswith((".svg", ".png", ".jpg"))
+
+
+def chapter_number(page: str) -> int | None:
+    """`chapters/03_multihead_attention.html` -> 3; None for a page that is not a chapter."""
+    path = Path(page)
+    if path.parent.name != "chapters" or not path.stem[:2].isdigit() or path.stem[2:3] != "_":
+        return None
+    return int(path.stem[:2])
+
+
 # --------------------------------------------------------------------------- one visit per page
 
 
@@ -124,6 +156,7 @@ class PageReport:
     untypeset_math: list[str] = field(default_factory=list)
     raw_delimiters: list[str] = field(default_factory=list)
     dropdowns: list[dict] = field(default_factory=list)  # one per dropdown admonition
+    images: list[dict] = field(default_factory=list)  # one per <img>
     screenshot: Path | None = None
 
 
@@ -176,6 +209,20 @@ _MATH_INFO = """
     raw: raw,
   };
 }
+"""
+
+
+# After the load event: every <img> has loaded or failed (naturalWidth 0 when it failed).
+_IMAGE_INFO = """
+() => Array.from(document.querySelectorAll('img')).map(img => ({
+  src: img.getAttribute('src') || '',
+  url: img.currentSrc || img.src || '',
+  alt: img.getAttribute('alt'),
+  complete: img.complete,
+  natural_width: img.naturalWidth,
+  natural_height: img.naturalHeight,
+  width: img.getBoundingClientRect().width,
+}))
 """
 
 
@@ -339,6 +386,7 @@ def visit_page(browser, base_url: str, page: str) -> PageReport:
             except Exception:  # reported by the math check
                 pass
         report.figures = page_obj.evaluate(_FIGURE_INFO)
+        report.images = page_obj.evaluate(_IMAGE_INFO)
         math = page_obj.evaluate(_MATH_INFO)
         report.math_elements, report.mjx_containers = math["n_math"], math["n_mjx"]
         report.untypeset_math, report.raw_delimiters = math["untypeset"], math["raw"]

@@ -5,7 +5,15 @@ One visit per page (see conftest.visit_page) records what happened; each test ch
 
 from __future__ import annotations
 
-from sitecheck import SCREENSHOTS, count_book_figures, notebook_source, page_name
+from sitecheck import (
+    SCREENSHOTS,
+    count_book_figures,
+    drawing_names,
+    drawing_of,
+    notebook_source,
+    page_name,
+    real_alt_text,
+)
 
 # A figure smaller than this (CSS px) has not really drawn: an empty Vega view is ~0-20 px.
 MIN_FIGURE_PX = 40
@@ -68,6 +76,30 @@ def test_figures_have_alt_text(page, visits):
     assert not missing, (
         f"{page}: figures without alt text (give the chart a description=): {missing}"
     )
+
+
+def drawing_problems(images: list[dict], names: set[str]) -> list[str]:
+    """What is wrong with the book's drawings (<img> of book/figures/*.svg) on one page."""
+    problems = []
+    for img in images:
+        name = drawing_of(img["src"], names)
+        if name is None:
+            continue
+        if not img["complete"] or img["natural_width"] <= 0 or img["natural_height"] <= 0:
+            problems.append(f"{name}: did not load ({img['url']})")
+        elif img["width"] < MIN_FIGURE_PX:
+            problems.append(f"{name}: shown {img['width']:.0f} px wide")
+        if not real_alt_text(img["alt"], img["src"]):
+            problems.append(f"{name}: no alt text")
+    return problems
+
+
+def test_drawings_load_with_alt_text(page, visits):
+    """Every drawing a page shows loads in the browser and says in words what it shows (the
+    drawings are <img> of SVG files; no request leaves the site: see the test above)."""
+    r = visits(page)
+    problems = drawing_problems(r.images, drawing_names())
+    assert not problems, f"{page}: drawings:\n  {_lines(problems)}"
 
 
 def test_bound_controls_change_their_figure(page, visits):

@@ -15,8 +15,12 @@ from sitecheck import (
     CONFIG,
     NON_PAGE_DIRS,
     TOC,
+    chapter_number,
+    drawing_names,
+    drawing_of,
     notebook_outputs,
     notebook_source,
+    real_alt_text,
     site_pages,
     toc_files,
 )
@@ -345,3 +349,40 @@ def test_no_thebe_or_analytics(site):
             if needle in text.lower():
                 problems.append(f"{path.relative_to(site)}: mentions {needle!r}")
     assert not problems, "\n  ".join(problems)
+
+
+# --------------------------------------------------------------------------- drawings
+
+# Chapters 1-8 build the model; each opens with its "where we are" map (where_NN.svg) and
+# explains with at least one more drawing of book/figures (plots are evidence, not pictures).
+MAPPED_CHAPTERS = range(1, 9)
+
+
+def chapter_drawing_problems(page: str, tags: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """What is missing from chapter `page`'s drawings, given the page's parsed tags."""
+    names = drawing_names()
+    where = f"where_{chapter_number(page):02d}.svg"
+    shown = [
+        (name, real_alt_text(attrs.get("alt"), attrs.get("src", "")))
+        for tag, attrs in tags
+        if tag == "img" and (name := drawing_of(attrs.get("src", ""), names))
+    ]
+    problems = [f"{page}: {name} has no alt text" for name, has_alt in shown if not has_alt]
+    if not shown or shown[0][0] != where:
+        problems.append(
+            f"{page}: the first drawing is not {where} (drawings: {[n for n, _ in shown]})"
+        )
+    if not [name for name, _ in shown if not name.startswith("where_")]:
+        problems.append(f"{page}: no drawing besides a where_NN.svg map")
+    return problems
+
+
+def test_chapters_open_with_their_map_and_have_a_drawing(site):
+    chapters = [f"{f}.html" for f in toc_files() if chapter_number(f"{f}.html") in MAPPED_CHAPTERS]
+    assert chapters, f"{TOC.name} lists none of chapters {list(MAPPED_CHAPTERS)}"
+    problems = []
+    for page in chapters:
+        path = site / page
+        if path.is_file():  # a missing page fails test_every_toc_entry_was_built
+            problems += chapter_drawing_problems(page, parse(path).tags)
+    assert not problems, "\n  ".join(["chapter drawings:", *problems])
