@@ -1,0 +1,291 @@
+"""tools/tasks.py (the task runner the Makefile calls) and tools/envcheck.py.
+
+The plans are checked with the runner's dry run: the `test` task must run exactly the steps the
+Makefile ran before it delegated to tools/tasks.py, and the Makefile must run nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tasks = _load("tasks")
+envcheck = _load("envcheck")
+
+# `make test` as the Makefile defined it at 41ddb1b, step by step (after the install step).
+MAKE_TEST_LINUX = [
+    ".venv/bin/ruff check .",
+    ".venv/bin/python tools/export.py --check",
+    ".venv/bin/pytest -n 2 -q tests",
+    ".venv/bin/pytest -q -p no:randomly --nbval chapters --nbval-sanitize-with "
+    "tests/nbval_sanitize.cfg -n 2 --dist loadfile",
+    "bash tools/browser_deps.sh",
+    ".venv/bin/python tools/fetch_assets.py",
+    ".venv/bin/python tools/ci_config.py > _build_ci_config.yml",
+    "remove _build/html",
+    ".venv/bin/jupyter-book build --all -W -n --keep-going --config _build_ci_config.yml .",
+    "remove _build_ci_config.yml",
+    ".venv/bin/pytest -q tests/site",
+]
+MAKE_BOOK_LINUX = [
+    ".venv/bin/python tools/fetch_assets.py",
+    "remove _build/html",
+    ".venv/bin/jupyter-book build --all -W -n --keep-going .",
+    "# Open _build/html/index.html",
+]
+
+
+def plan(task: str, *args: str, system: str = "Linux", installed: bool = True) -> list[str]:
+    r = tasks.Runner(dry_run=True, system=system, installed=installed)
+    tasks.TASKS[task](r, list(args))
+    return r.log
+
+
+@pytest.fixture
+def no_browser(monkeypatch):
+    monkeypatch.delenv("SITE_CHROMIUM", raising=False)
+    monkeypatch.setattr(tasks, "_installed_chrome", lambda system: None)
+
+
+def test_test_task_runs_the_makefiles_steps_on_linux(no_browser):
+    assert plan("test") == MAKE_TEST_LINUX
+
+
+def test_book_task_runs_the_makefiles_steps(no_browser):
+    assert plan("book") == MAKE_BOOK_LINUX
+
+
+def test_steps_run_with_the_makefiles_environment():
+    r = tasks.Runner(dry_run=True)
+    assert r.env["BOOK_FIGURES"] == "offline"
+    assert r.env["PYTHONHASHSEED"] == "0"
+
+
+def test_install_uses_the_constraints_and_rebuilds_a_stale_venv(monkeypatch):
+    monkeypatch.delenv("TASKS_CONSTRAINTS", raising=False)
+    steps = plan("install", installed=False)
+    assert steps[1:] == [
+        ".venv/bin/python -m pip install --quiet --upgrade pip",
+        ".venv/bin/python -m pip install --quiet -c constraints.txt -e .[book,dev]",
+        "touch .venv/.installed",
+    ]
+    assert steps[0].endswith("-m venv .venv")
+    assert plan("install", installed=True) == []
+    monkeypatch.setenv("TASKS_CONSTRAINTS", "none")
+    assert "-c" not in plan("install", installed=False)[2].split()
+
+
+def test_install_runs_once_per_invocation(no_browser):
+    # `make test` checked its stamp once per target; one `venv` step for the whole test task.
+    steps = plan("test", installed=False)
+    assert sum(s.endswith("-m venv .venv") for s in steps) == 1
+    assert steps.index("touch .venv/.installed") < steps.index(MAKE_TEST_LINUX[0])
+
+
+def test_stamp_is_stale_when_pyproject_or_constraints_is_newer(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("pyproject.toml", "constraints.txt"):
+        (tmp_path / name).write_text("x")
+    assert not tasks._stamp_is_fresh()  # no stamp: install
+    (tmp_path / ".venv").mkdir()
+    stamp = tmp_path / ".venv" / ".installed"
+    stamp.touch()
+    os.utime(stamp, (1_000, 1_000))
+    for name in ("pyproject.toml", "constraints.txt"):
+        os.utime(tmp_path / name, (900, 900))
+    assert tasks._stamp_is_fresh()
+    os.utime(tmp_path / "constraints.txt", (1_100, 1_100))
+    assert not tasks._stamp_is_fresh()
+
+
+def test_execute_exports_before_and_after_running_the_notebooks():
+    steps = plan("execute", "chapters/02_masks.ipynb")
+    export = ".venv/bin/python tools/export.py"
+    nbconvert = (
+        ".venv/bin/jupyter nbconvert --to notebook --execute --inplace "
+        "--ExecutePreprocessor.timeout=1800 chapters/02_masks.ipynb"
+    )
+    assert steps == [export, nbconvert, export]
+
+
+def test_execute_defaults_to_every_chapter_in_order(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    nbconvert = plan("execute")[1].split()
+    chapters = sorted(p.as_posix() for p in (Path("chapters")).glob("*.ipynb"))
+    assert chapters and nbconvert[-len(chapters) :] == chapters
+
+
+def test_arguments_replace_the_default_paths():
+    assert plan("unit", "tests/test_masks.py") == [".venv/bin/pytest -n 2 -q tests/test_masks.py"]
+    assert (
+        "--nbval chapters/02_masks.ipynb --nbval-sanitize-with"
+        in plan("nbval", "chapters/02_masks.ipynb")[0]
+    )
+
+
+def test_windows_plan_uses_scripts_and_no_shell(no_browser, capsys):
+    steps = plan("test", system="Windows")
+    assert steps[0] == r".venv\Scripts\ruff.exe check ."
+    assert not any(s.startswith("bash") for s in steps)
+    # Without a browser the browser check is skipped, saying why; the static checks still run.
+    assert any(s.startswith("# browser check skipped on Windows") for s in steps)
+    assert steps[-1] == r".venv\Scripts\pytest.exe -q tests/site/test_static.py"
+
+
+def test_macos_uses_an_installed_chrome(monkeypatch):
+    chrome = "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"
+    monkeypatch.delenv("SITE_CHROMIUM", raising=False)
+    monkeypatch.setattr(tasks, "_installed_chrome", lambda system: chrome)
+    r = tasks.Runner(dry_run=True, system="Darwin", installed=True)
+    tasks.book_check(r, [])
+    assert r.env["SITE_CHROMIUM"] == chrome
+    assert r.log[-1] == ".venv/bin/pytest -q tests/site"
+
+
+def test_linux_uses_site_chromium_instead_of_apt(monkeypatch, tmp_path):
+    browser = tmp_path / "chrome"
+    browser.write_text("")
+    monkeypatch.setenv("SITE_CHROMIUM", str(browser))
+    steps = plan("book-check")
+    assert "bash tools/browser_deps.sh" not in steps
+    assert steps[-1] == ".venv/bin/pytest -q tests/site"
+
+
+def test_a_failing_step_stops_the_task_with_its_status():
+    r = tasks.Runner()
+    with pytest.raises(tasks.TaskError, match="status 3"):
+        r.run(sys.executable, "-c", "raise SystemExit(3)")
+    with pytest.raises(tasks.TaskError, match="not found"):
+        r.run(str(ROOT / "no-such-program"))
+
+
+def test_remove_deletes_trees_and_ignores_missing_paths(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f.txt").write_text("x")
+    r = tasks.Runner()
+    r.remove(str(tmp_path / "a"))
+    r.remove(str(tmp_path / "missing"))
+    assert not (tmp_path / "a").exists()
+
+
+def test_cli_dry_run_and_argument_errors(monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)  # main() changes into the repository; keep the test's cwd
+    assert tasks.main(["--dry-run", "lint"]) == 0
+    assert "+ " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        tasks.main(["book", "chapters/01_attention.ipynb"])
+    assert exc.value.code == 2
+    assert "takes no arguments" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ Makefile
+
+
+def _make_targets() -> dict[str, list[str]]:
+    """target -> recipe lines of the Makefile."""
+    targets: dict[str, list[str]] = {}
+    current = None
+    for line in (ROOT / "Makefile").read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^([A-Za-z][\w.-]*)\s*:(?!=)", line)
+        if m and not line.startswith(".PHONY"):
+            current = m.group(1)
+            targets[current] = []
+        elif line.startswith("\t") and current:
+            targets[current].append(line.strip())
+    return targets
+
+
+def test_every_make_target_delegates_to_its_task():
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^TASKS := \$\(PYTHON\) tools/tasks.py$", text, re.M)
+    targets = _make_targets()
+    assert set(targets) == set(tasks.TASKS)
+    for name, recipe in targets.items():
+        expected = "$(TASKS) execute $(NB)" if name == "execute" else f"$(TASKS) {name}"
+        assert recipe == [expected], f"make {name} runs {recipe}, not the task"
+    phony = re.search(r"^\.PHONY:(.*)$", text, re.M).group(1).split()
+    assert set(phony) == set(targets)
+
+
+def test_ci_run_calls_make_test():
+    lines = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[-1] == "make test"
+
+
+# ------------------------------------------------------------------------------ envcheck
+
+
+def test_envcheck_prints_every_section_and_exits_0():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "envcheck.py")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for section in ("[system]", "[python]", "[torch]", "[packages]", "[data]", "[repository]"):
+        assert section in out
+    for line in ("os: ", "version: CPython", "threads: ", "bf16 matmul (CPU): ",
+                 "bf16 autocast (CPU): ", "multi30k files found: ", "commit: "):  # fmt: skip
+        assert f"\n  {line}" in out, line
+    import torch
+
+    assert f"version: {torch.__version__}" in out
+    assert re.search(r"^ {2}\d+ of \d+ match constraints\.txt", out, re.M)
+    assert re.search(r"^ {2}.. torch +\S+ +pin 2\.13\.0$", out, re.M)
+    assert out.rstrip().endswith("```")
+
+
+def test_envcheck_marks_a_mismatched_pin(monkeypatch):
+    # Every other package "installed" at its pin, whatever this environment holds.
+    pins = envcheck.read_pins(ROOT / "constraints.txt")
+
+    def fake(name: str) -> str:
+        if name == "torch":
+            return "1.0.0"
+        if name == "ruff":
+            raise envcheck.metadata.PackageNotFoundError(name)
+        return pins[name] + ("+cpu" if name == "numpy" else "")
+
+    monkeypatch.setattr(envcheck.metadata, "version", fake)
+    lines = envcheck.packages()
+    assert "mismatched or missing (!!): ruff, torch" in lines[0]
+    torch_line = next(line for line in lines if line.split()[1:2] == ["torch"])
+    assert torch_line.startswith("!!") and "1.0.0" in torch_line
+    assert next(line for line in lines if " ruff " in line).split()[2] == "missing"
+    assert lines[0].startswith(f"{len(pins) - 2} of {len(pins)} match")
+
+
+def test_envcheck_accepts_the_cpu_local_label_and_reads_pins(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text("# header\nTorch==2.13.0\nsphinx_book_theme==1.3.0  # why\n\n")
+    assert envcheck.read_pins(path) == {"torch": "2.13.0", "sphinx-book-theme": "1.3.0"}
+
+
+def test_envcheck_reports_a_failing_section_and_goes_on(monkeypatch):
+    def broken() -> list[str]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(envcheck, "SECTIONS", [("torch", broken), ("system", envcheck.system)])
+    text = envcheck.report()
+    assert "SECTION FAILED: RuntimeError: boom" in text
+    assert "[system]" in text
