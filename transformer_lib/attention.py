@@ -3,13 +3,105 @@
 Generated from chapters/01_attention.ipynb by tools/export.py: do not edit.
 Edit the chapter and run `make export`."""
 
-__all__ = ["check_mask", "check_probability", "masked_softmax", "AdditiveAttention", "attention"]
+__all__ = ["masked_softmax", "AdditiveAttention", "check_mask", "check_probability", "attention"]
 
 import math
 import numbers
 
 import torch
 from torch import Tensor, nn
+
+
+def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Softmax over the last dimension that gives masked entries zero weight.
+
+    Args:
+        scores: attention scores ``(..., q_len, k_len)``, floating point.
+        mask: bool tensor broadcastable to ``scores`` (True = may attend),
+            already validated (see :func:`check_mask`), or None.
+
+    Returns weights of the same shape as ``scores``. Rows where every key is
+    masked get all-zero weights (not NaN, not uniform): "nothing to attend
+    to". Section 3.2.3 of the paper (masking inside scaled dot-product
+    attention); chapter 2 explains the choice. Defined in chapter 1.
+    """
+    if mask is None:
+        return scores.softmax(dim=-1)
+    # 1) the most negative finite value: exp(min - max) underflows to exactly
+    #    0, and unlike -inf a fully masked row does not become
+    #    (-inf) - (-inf) = NaN inside the softmax.
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    # 2) softmax, then 3) zero the masked entries, which turns fully masked
+    #    rows into zeros (they came out of the softmax uniform).
+    return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
+
+
+class AdditiveAttention(nn.Module):
+    """Additive (Bahdanau) attention: ``e_ij = vᵀ tanh(W q_i + U k_j)``.
+
+    Args:
+        query_size: features of a query (the decoder state ``s_{i-1}`` in
+            Bahdanau et al.).
+        key_size: features of a key (an encoder state ``h_j``).
+        num_hiddens: size of the hidden layer of the scoring network.
+        dropout: dropout probability on the attention weights.
+
+    ``forward(query (batch, q_len, query_size), key (batch, k_len, key_size),
+    value (batch, k_len, d_v), mask=None) -> (output (batch, q_len, d_v),
+    weights (batch, q_len, k_len))`` with the same mask semantics as
+    :func:`attention`. The compatibility function the Transformer paper
+    contrasts with dot-product attention (Section 3.2.1); from Bahdanau et al.
+    (2015). Defined in chapter 1.
+    """
+
+    def __init__(
+        self,
+        query_size: int,
+        key_size: int,
+        num_hiddens: int,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        dropout = check_probability(dropout, "dropout")
+        # W: query -> hidden
+        self.W = nn.Linear(query_size, num_hiddens, bias=False)
+        # U: key -> hidden
+        self.U = nn.Linear(key_size, num_hiddens, bias=False)
+        self.v = nn.Linear(num_hiddens, 1, bias=False)  # vᵀ: hidden -> score
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        _check_qkv(query, key, value)
+        if query.size(-1) != self.W.in_features or key.size(-1) != self.U.in_features:
+            raise ValueError(
+                f"query must have {self.W.in_features} features and key "
+                f"{self.U.in_features}, got query {tuple(query.shape)} and "
+                f"key {tuple(key.shape)}"
+            )
+        # 1) project both sides into the hidden space, then add every query
+        #    to every key
+        q = self.W(query).unsqueeze(-2)  # (batch, q_len, 1, num_hiddens)
+        k = self.U(key).unsqueeze(-3)  # (batch, 1, k_len, num_hiddens)
+        # (batch, q_len, k_len)
+        scores = self.v(torch.tanh(q + k)).squeeze(-1)
+        # 2) weights over the keys, 3) weighted average of the values
+        if mask is not None:
+            mask = check_mask(
+                mask,
+                query.size(-2),
+                key.size(-2),
+                batch_shape=scores.shape[:-2],
+            )
+        # (batch, q_len, k_len)
+        weights = self.dropout(masked_softmax(scores, mask))
+        # (batch, q_len, d_v), (batch, q_len, k_len)
+        return weights @ value, weights
 
 
 def check_mask(
@@ -20,20 +112,23 @@ def check_mask(
     *,
     batch_shape: tuple[int, ...] | torch.Size | None = None,
 ) -> Tensor:
-    """Validate an attention mask and return it as a bool tensor (True = may attend).
+    """Validate an attention mask; return it as bool (True = may attend).
 
     Args:
-        mask: bool or integer (0/1) tensor broadcastable to ``(..., q_len, k_len)``; a nonzero
-            integer means "may attend". Floating masks are rejected: an additive float mask
-            (0 / -inf) and a multiplicative one (1 / 0) mean opposite things.
+        mask: bool or integer (0/1) tensor broadcastable to ``(..., q_len,
+            k_len)``; a nonzero integer means "may attend". Floating masks are
+            rejected: an additive float mask (0 / -inf) and a multiplicative
+            one (1 / 0) mean opposite things.
         q_len: number of queries (the second-to-last dimension of the scores).
         k_len: number of keys (the last dimension of the scores).
         name: the argument's name, used in error messages.
-        batch_shape: if given, the leading dimensions of the scores; the mask must broadcast to
-            ``(*batch_shape, q_len, k_len)`` without enlarging it.
+        batch_shape: if given, the leading dimensions of the scores; the mask
+            must broadcast to ``(*batch_shape, q_len, k_len)`` without
+            enlarging it.
 
-    Only shapes and dtypes are checked (cheap enough for every forward pass). Implements the
-    masking of "Attention Is All You Need", Section 3.2.3. Defined in chapter 1.
+    Only shapes and dtypes are checked (cheap enough for every forward pass).
+    Implements the masking of "Attention Is All You Need", Section 3.2.3.
+    Defined in chapter 1.
     """
     expected = f"(..., q_len={q_len}, k_len={k_len})"
     if not isinstance(mask, Tensor):
@@ -42,9 +137,9 @@ def check_mask(
         )
     if mask.dtype.is_floating_point or mask.dtype.is_complex:
         raise ValueError(
-            f"{name} must be a bool (or 0/1 integer) tensor with True = may attend, got dtype "
-            f"{mask.dtype}; convert an additive float mask with `{name} == 0` or a 0/1 float "
-            f"mask with `{name}.bool()`"
+            f"{name} must be a bool (or 0/1 integer) tensor with True = may "
+            f"attend, got dtype {mask.dtype}; convert an additive float mask "
+            f"with `{name} == 0` or a 0/1 float mask with `{name}.bool()`"
         )
     shape = tuple(mask.shape)
     ok = (mask.dim() < 1 or shape[-1] in (1, k_len)) and (mask.dim() < 2 or shape[-2] in (1, q_len))
@@ -64,12 +159,14 @@ def check_probability(p: object, name: str = "dropout") -> float:
     """Validate a probability such as a dropout rate and return it as a float.
 
     Args:
-        p: a real number in ``[0, 1)``; ``bool``, non-numbers, NaN and infinities are
-            rejected (``True`` would otherwise pass silently as 1).
+        p: a real number in ``[0, 1)``; ``bool``, non-numbers, NaN and
+            infinities are rejected (``bool`` is an ``int`` in Python, so
+            ``False`` would otherwise pass silently as 0).
         name: the argument's name, used in the error message.
 
-    Returns ``float(p)``; raises ValueError naming ``name`` otherwise. Used for every
-    dropout rate in the package (the paper's P_drop, Section 5.4). Defined in chapter 1.
+    Returns ``float(p)``; raises ValueError naming ``name`` otherwise. Used
+    for every dropout rate in the package (the paper's P_drop, Section 5.4).
+    Defined in chapter 1.
     """
     # bool is a subclass of int, so it must be rejected before the Real check
     if isinstance(p, bool) or not isinstance(p, numbers.Real):
@@ -82,7 +179,10 @@ def check_probability(p: object, name: str = "dropout") -> float:
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
-    """Shape/dtype checks shared by the attention functions (ValueError naming the argument)."""
+    """Shape/dtype checks shared by the attention functions.
+
+    Raises ValueError naming the argument at fault.
+    """
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, Tensor) or t.dim() < 2 or not t.is_floating_point():
             got = (tuple(t.shape), t.dtype) if isinstance(t, Tensor) else type(t).__name__
@@ -96,82 +196,18 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
         )
     if key.size(-2) != value.size(-2):
         raise ValueError(
-            f"value must have as many positions as key (k_len={key.size(-2)}), "
-            f"got value of shape {tuple(value.shape)} for key of shape {tuple(key.shape)}"
+            "value must have as many positions as key "
+            f"(k_len={key.size(-2)}), got value of shape "
+            f"{tuple(value.shape)} for key of shape {tuple(key.shape)}"
         )
     try:
         torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     except RuntimeError:
         raise ValueError(
-            f"the leading (batch/head) dimensions of query {tuple(query.shape)}, "
-            f"key {tuple(key.shape)} and value {tuple(value.shape)} must broadcast"
+            "the leading (batch/head) dimensions of query "
+            f"{tuple(query.shape)}, key {tuple(key.shape)} and value "
+            f"{tuple(value.shape)} must broadcast"
         ) from None
-
-
-def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
-    """Softmax over the last dimension that gives masked entries exactly zero weight.
-
-    Args:
-        scores: attention scores ``(..., q_len, k_len)``, floating point.
-        mask: bool tensor broadcastable to ``scores`` (True = may attend), already validated
-            (see :func:`check_mask`), or None.
-
-    Returns weights of the same shape as ``scores``. Rows where every key is masked get all-zero
-    weights (not NaN, not uniform): "nothing to attend to". Section 3.2.3 of the paper (masking
-    inside scaled dot-product attention); chapter 2 explains the choice. Defined in chapter 1.
-    """
-    if mask is None:
-        return scores.softmax(dim=-1)
-    # 1) the most negative finite value: exp(min - max) underflows to exactly 0, and unlike -inf
-    #    a fully masked row does not become (-inf) - (-inf) = NaN inside the softmax.
-    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    # 2) softmax, then 3) zero the masked entries, which turns fully masked rows into zeros
-    #    (they came out of the softmax uniform).
-    return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
-
-
-class AdditiveAttention(nn.Module):
-    """Additive (Bahdanau) attention: scores ``e_ij = vᵀ tanh(W q_i + U k_j)``.
-
-    Args:
-        query_size: features of a query (the decoder state ``s_{i-1}`` in Bahdanau et al.).
-        key_size: features of a key (an encoder state ``h_j``).
-        num_hiddens: size of the hidden layer of the scoring network.
-        dropout: dropout probability on the attention weights.
-
-    ``forward(query (batch, q_len, query_size), key (batch, k_len, key_size),
-    value (batch, k_len, d_v), mask=None) -> (output (batch, q_len, d_v),
-    weights (batch, q_len, k_len))`` with the same mask semantics as :func:`attention`.
-    The compatibility function the Transformer paper contrasts with dot-product attention
-    (Section 3.2.1); from Bahdanau et al. (2015). Defined in chapter 1.
-    """
-
-    def __init__(self, query_size: int, key_size: int, num_hiddens: int, dropout: float = 0.0):
-        super().__init__()
-        dropout = check_probability(dropout, "dropout")
-        self.W = nn.Linear(query_size, num_hiddens, bias=False)  # W: query -> hidden
-        self.U = nn.Linear(key_size, num_hiddens, bias=False)  # U: key -> hidden
-        self.v = nn.Linear(num_hiddens, 1, bias=False)  # vᵀ: hidden -> score
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        _check_qkv(query, key, value)
-        if query.size(-1) != self.W.in_features or key.size(-1) != self.U.in_features:
-            raise ValueError(
-                f"query must have {self.W.in_features} features and key {self.U.in_features}, "
-                f"got query {tuple(query.shape)} and key {tuple(key.shape)}"
-            )
-        # 1) project both sides into the hidden space, then add every query to every key
-        q = self.W(query).unsqueeze(-2)  # (batch, q_len, 1, num_hiddens)
-        k = self.U(key).unsqueeze(-3)  # (batch, 1, k_len, num_hiddens)
-        scores = self.v(torch.tanh(q + k)).squeeze(-1)  # (batch, q_len, k_len)
-        # 2) weights over the keys, 3) weighted average of the values
-        if mask is not None:
-            mask = check_mask(mask, query.size(-2), key.size(-2), batch_shape=scores.shape[:-2])
-        weights = self.dropout(masked_softmax(scores, mask))  # (batch, q_len, k_len)
-        return weights @ value, weights  # (batch, q_len, d_v), (batch, q_len, k_len)
 
 
 def attention(
@@ -187,16 +223,20 @@ def attention(
         query: ``(..., q_len, d_k)``.
         key: ``(..., k_len, d_k)``.
         value: ``(..., k_len, d_v)``.
-        mask: bool (or 0/1 integer) tensor broadcastable to ``(..., q_len, k_len)``, True where
-            a query may attend to a key. Masked keys get exactly zero weight; a query with no
-            key allowed gets zero weights and a zero output.
-        dropout: module applied to the attention weights (e.g. ``nn.Dropout(0.1)``), or None.
+        mask: bool (or 0/1 integer) tensor broadcastable to ``(..., q_len,
+            k_len)``, True where a query may attend to a key. Masked keys get
+            exactly zero weight; a query with no key allowed gets zero weights
+            and a zero output.
+        dropout: module applied to the attention weights (e.g.
+            ``nn.Dropout(0.1)``), or None.
 
     Returns:
-        ``(output, weights)``: output ``(..., q_len, d_v)`` and the weights actually used,
-        ``(..., q_len, k_len)`` (after dropout), so that ``output == weights @ value``.
+        ``(output, weights)``: output ``(..., q_len, d_v)`` and the weights
+        actually used, ``(..., q_len, k_len)`` (after dropout), so that
+        ``output == weights @ value``.
 
-    "Attention Is All You Need", Section 3.2.1 (Equation 1). Defined in chapter 1.
+    "Attention Is All You Need", Section 3.2.1 (Equation 1). Defined in
+    chapter 1.
     """
     _check_qkv(query, key, value)
     if query.size(-1) != key.size(-1):
@@ -208,7 +248,8 @@ def attention(
         raise ValueError(f"dropout must be an nn.Module (e.g. nn.Dropout) or None, got {dropout!r}")
     d_k = query.size(-1)
     # 1) scores: every query against every key, scaled by 1/√d_k
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., q_len, k_len)
+    # (..., q_len, k_len)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
     # 2) weights: softmax over the keys, masked keys at exactly zero
     if mask is not None:
         mask = check_mask(mask, query.size(-2), key.size(-2), batch_shape=scores.shape[:-2])
