@@ -322,3 +322,28 @@ def test_learned_float64():
 def test_learned_constructor_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LearnedPositionalEmbedding(**kwargs)
+
+
+@pytest.mark.parametrize("module_cls", [PositionalEncoding, LearnedPositionalEmbedding])
+@pytest.mark.parametrize(
+    "dropout,match",
+    [
+        (True, r"dropout must be a real number in \[0, 1\), got bool True"),
+        (False, r"dropout must be a real number.*bool False"),
+        (float("nan"), r"dropout must be a probability in \[0, 1\), got nan"),
+        (1.0, r"dropout must be a probability in \[0, 1\), got 1.0"),
+        (-0.1, r"dropout must be a probability in \[0, 1\), got -0.1"),
+        ("0.1", r"dropout must be a real number.*str"),
+    ],
+)
+def test_dropout_rate_checked_by_check_probability(module_cls, dropout, match):
+    # chapter 1's check_probability: bool (even False), NaN, out of range and
+    # non-numbers are rejected with the argument's name
+    with pytest.raises(ValueError, match=match):
+        module_cls(8, dropout, max_len=10)
+
+
+@pytest.mark.parametrize("module_cls", [PositionalEncoding, LearnedPositionalEmbedding])
+def test_integer_dropout_rate_becomes_a_float(module_cls):
+    p = module_cls(8, 0, max_len=10).dropout.p
+    assert p == 0.0 and isinstance(p, float)
