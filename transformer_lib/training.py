@@ -31,7 +31,7 @@ from transformer_lib.masks import padding_mask, subsequent_mask
 
 
 def _check_tokens(name: str, tokens: Tensor) -> None:
-    """Raise ValueError unless `tokens` is a (batch, len) tensor of integer token ids."""
+    """Raise ValueError unless `tokens` is a (batch, len) id tensor."""
     if not isinstance(tokens, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
@@ -47,18 +47,26 @@ class Batch:
 
     Args:
         src: (batch, S) source token ids.
-        tgt: (batch, T) target token ids starting with the start symbol, or None (inference).
-        pad: the padding token id (keyword-only; 0, as in ``transformer_lib.data.PAD``).
+        tgt: (batch, T) target token ids starting with the start symbol, or
+            None (inference).
+        pad: the padding token id (keyword-only; 0, as in
+            ``transformer_lib.data.PAD``).
 
     Attributes:
-        src_mask: (batch, 1, S) bool, True where the source token is not padding.
-        tgt: (batch, T-1) decoder input: the target without its last token (shifted right).
-        tgt_y: (batch, T-1) what the decoder must predict: the target without its first token.
-        tgt_mask: (batch, T-1, T-1) bool, True where query i may attend to key j: j <= i and
+        src_mask: (batch, 1, S) bool, True where the source token is not
+            padding.
+        tgt: (batch, T-1) decoder input: the target without its last token
+            (shifted right).
+        tgt_y: (batch, T-1) what the decoder must predict: the target without
+            its first token.
+        tgt_mask: (batch, T-1, T-1) bool, True where query i may attend to key
+            j: j <= i and
             token j is not padding.
-        ntokens: number of non-padding tokens in ``tgt_y`` (what the loss is averaged over).
+        ntokens: number of non-padding tokens in ``tgt_y`` (what the loss is
+            averaged over).
 
-    Batching of section 5.1; decoder input of section 3.1 (teacher forcing). Defined in chapter 6.
+    Batching of section 5.1; decoder input of section 3.1 (teacher forcing).
+    Defined in chapter 6.
     """
 
     def __init__(self, src: Tensor, tgt: Tensor | None = None, *, pad: int = 0) -> None:
@@ -79,7 +87,8 @@ class Batch:
             )
         if tgt.size(1) < 2:
             raise ValueError(
-                "tgt must have length >= 2 (a start symbol and at least one token to predict), "
+                "tgt must have length >= 2 (a start symbol and at least "
+                "one token to predict), "
                 f"got length {tgt.size(1)}"
             )
         self.tgt = tgt[:, :-1]  # (batch, T-1) decoder input: <s> y1 ... y_{T-2}
@@ -89,7 +98,8 @@ class Batch:
 
     @staticmethod
     def make_std_mask(tgt: Tensor, pad: int) -> Tensor:
-        """(batch, T, T) bool mask: each query sees non-padding keys at or before its position."""
+        """(batch, T, T) bool mask: each query sees the non-padding keys
+        at or before its position."""
         keep = padding_mask(tgt, pad)  # (batch, 1, T): key is not padding
         return keep & subsequent_mask(tgt.size(-1), device=tgt.device)  # (batch, T, T)
 
@@ -97,19 +107,26 @@ class Batch:
         """Return a copy of the batch with every tensor moved to `device`."""
         out = Batch.__new__(Batch)
         for name, value in vars(self).items():
-            setattr(out, name, value.to(device) if isinstance(value, Tensor) else value)
+            setattr(
+                out,
+                name,
+                value.to(device) if isinstance(value, Tensor) else value,
+            )
         return out
 
     def __repr__(self) -> str:
         tgt = None if self.tgt is None else tuple(self.tgt.shape)
-        return f"Batch(src={tuple(self.src.shape)}, tgt={tgt}, ntokens={self.ntokens})"
+        src = tuple(self.src.shape)
+        return f"Batch(src={src}, tgt={tgt}, ntokens={self.ntokens})"
 
 
 def smoothed_kl_by_definition(x: Tensor, p: Tensor) -> Tensor:
-    """Summed KL(p || exp(x)) for (N, V) target distributions p and log-probabilities x.
+    """Summed KL(p || exp(x)), p (N, V) targets, x (N, V) log-probabilities.
 
-    The definition ``LabelSmoothing`` is checked against (and the benchmarks' textbook model
-    uses); terms with p = 0 count 0, also where x = -inf. Defined in chapter 6.
+    The definition ``LabelSmoothing`` is checked against (and the benchmarks'
+    textbook model
+    uses); terms with p = 0 count 0, also where x = -inf. Defined in chapter
+    6.
     """
     log_q = x.masked_fill(p == 0, 0.0)  # 0 * log q := 0, also where log q = -inf
     return (torch.xlogy(p, p) - p * log_q).sum()  # sum p log p - sum p log q
@@ -225,22 +242,30 @@ class _SmoothedKL(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
         (target,) = ctx.saved_tensors
         p = ctx.ls.target_distribution(target, ctx.dtype)  # (N, V)
-        return p.mul_(-grad), None, None  # d loss / d x = -p, times the incoming gradient
+        return (
+            p.mul_(-grad),
+            None,
+            None,
+        )  # d loss / d x = -p, times the incoming gradient
 
 
 def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
-    """Learning rate of the paper's schedule: linear warm-up, then inverse-square-root decay.
+    """The paper's learning rate: linear warm-up, then 1/sqrt(step) decay.
 
-    lrate = factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5). Step 0 counts as
-    step 1, since ``LambdaLR`` asks for the rate of step 0 before the first update.
+    lrate = factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5).
+    Step 0 counts as
+    step 1, since ``LambdaLR`` asks for the rate of step 0 before the first
+    update.
 
     Args:
         step: number of optimizer updates done so far (>= 0).
         model_size: d_model (>= 1).
         factor: overall scale (>= 0; 1.0 in the paper).
-        warmup: number of warm-up steps (>= 1; 4000 in the paper). The peak is at step = warmup.
+        warmup: number of warm-up steps (>= 1; 4000 in the paper). The peak is
+            at step = warmup.
 
-    Use as ``LambdaLR(optimizer, lambda s: rate(s, d_model, factor, warmup))`` with base lr 1.0.
+    Use as ``LambdaLR(optimizer, lambda s: rate(s, d_model, factor, warmup))``
+        with base lr 1.0.
     Equation (3) of section 5.3. Defined in chapter 6.
     """
     if warmup < 1:
@@ -256,15 +281,20 @@ def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
 
 
 class SimpleLossCompute:
-    """Apply the generator to decoder states and score the log-probabilities with `criterion`.
+    """Apply the generator to decoder states and score them with `criterion`.
 
     Args:
-        generator: maps (batch, T, d_model) decoder states to (batch, T, vocab) log-probabilities.
-        criterion: maps ((N, vocab) log-probabilities, (N,) targets) to a summed loss.
+        generator: maps (batch, T, d_model) decoder states to (batch, T,
+            vocab) log-probabilities.
+        criterion: maps ((N, vocab) log-probabilities, (N,) targets) to a
+            summed loss.
 
-    ``__call__(x, y, norm)``: x (batch, T, d_model) decoder states, y (batch, T) target ids,
-    norm the number of tokens to average over. Returns (summed loss, detached, for logging;
-    loss / norm, to back-propagate). An all-padding batch has norm 0 and loss 0: it is divided
+    ``__call__(x, y, norm)``: x (batch, T, d_model) decoder states, y (batch,
+        T) target ids,
+    norm the number of tokens to average over. Returns (summed loss, detached,
+    for logging;
+    loss / norm, to back-propagate). An all-padding batch has norm 0 and loss
+    0: it is divided
     by 1 instead, giving a zero loss and zero gradient rather than NaN.
     Part of the training procedure of section 5. Defined in chapter 6.
     """
@@ -287,7 +317,8 @@ class TrainState:
 
     Attributes:
         step: optimizer updates (what the learning-rate schedule counts).
-        accum_step: batches back-propagated (step * accum_iter, plus any shorter last group).
+        accum_step: batches back-propagated (step * accum_iter, plus any
+            shorter last group).
         samples: sequences (sentence pairs) trained on.
         tokens: non-padding target tokens trained on.
 
@@ -312,22 +343,29 @@ def train_step(
     forward: nn.Module | None = None,
     loss_scale: float | None = None,
 ) -> tuple[float, int]:
-    """One optimizer update over `batches`, micro-batches whose gradients add up.
+    """One optimizer update over `batches`, whose gradients add up.
 
     Args:
-        model: an ``EncoderDecoder`` (its ``generator`` scores the decoder states).
+        model: an ``EncoderDecoder`` (its ``generator`` scores the decoder
+            states).
         batches: `Batch` objects with targets, on the model's device.
         criterion: ((N, vocab) log-probabilities, (N,) targets) -> summed loss
             (e.g. ``LabelSmoothing``); it sees the real target positions only.
         optimizer: updated once, after every batch has been back-propagated.
-        precision: "fp32", or "bf16" (forward and generator under bfloat16 autocast).
-        clip_norm: clip the global L2 norm of the gradients to this (None: no clipping).
+        precision: "fp32", or "bf16" (forward and generator under bfloat16
+            autocast).
+        clip_norm: clip the global L2 norm of the gradients to this (None: no
+            clipping).
         scheduler: stepped once after the update (None: no schedule).
-        forward: the module called for the forward pass (default `model`; e.g. a
-            ``DistributedDataParallel`` wrapper of it, whose ``no_sync`` is used for every
+        forward: the module called for the forward pass (default `model`; e.g.
+            a
+            ``DistributedDataParallel`` wrapper of it, whose ``no_sync`` is
+            used for every
             batch but the last).
-        loss_scale: back-propagate ``loss * loss_scale`` (default: 1 / the number of real
-            target tokens of all the batches, so the update is that of one big batch).
+        loss_scale: back-propagate ``loss * loss_scale`` (default: 1 / the
+            number of real
+            target tokens of all the batches, so the update is that of one big
+            batch).
 
     Returns:
         (summed loss over the real target tokens, number of those tokens).
@@ -347,7 +385,8 @@ def train_step(
     call = model if forward is None else forward
     total = 0.0
     for i, b in enumerate(batches):
-        # A DDP wrapper averages gradients across processes at every backward; the
+        # A DDP wrapper averages gradients across processes at every backward;
+        # the
         # micro-batches before the last one only need to add up locally.
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(call, "no_sync") else call.no_sync()
@@ -363,7 +402,8 @@ def train_step(
     if not math.isfinite(total):
         optimizer.zero_grad(set_to_none=True)
         raise FloatingPointError(
-            f"the training loss is {total} (not finite): the run diverged; lower the "
+            f"the training loss is {total} (not finite): the run diverged; "
+            "lower the "
             "learning rate or clip the gradients (clip_norm)"
         )
     if clip_norm is not None:
@@ -393,20 +433,30 @@ def run_epoch(
 
     Args:
         data_iter: `Batch` objects with targets, on the model's device.
-        model: forward(src, tgt, src_mask, tgt_mask) -> (batch, T, d_model) decoder states.
-        loss_compute: ``SimpleLossCompute(model.generator, criterion)``; training
+        model: forward(src, tgt, src_mask, tgt_mask) -> (batch, T, d_model)
+            decoder states.
+        loss_compute: ``SimpleLossCompute(model.generator, criterion)``;
+            training
             updates go through `train_step` with its criterion.
-        optimizer: required in "train" mode. scheduler: optional, stepped after each update.
-        mode: "train" (dropout on, gradients, updates) or "eval" (dropout off, no_grad).
-        accum_iter: batches per optimizer update. Each group's losses are divided by the
-            group's total token count, so an update equals one step on the concatenated
+        optimizer: required in "train" mode. scheduler: optional, stepped
+            after each update.
+        mode: "train" (dropout on, gradients, updates) or "eval" (dropout off,
+            no_grad).
+        accum_iter: batches per optimizer update. Each group's losses are
+            divided by the
+            group's total token count, so an update equals one step on the
+            concatenated
             batches; a shorter last group is applied too.
-        train_state: counters to continue (a new `TrainState` if None); updated in "train".
-        max_grad_norm: clip the global L2 norm of the gradients to this before each update
+        train_state: counters to continue (a new `TrainState` if None);
+            updated in "train".
+        max_grad_norm: clip the global L2 norm of the gradients to this before
+            each update
             (None: no clipping, as in the paper).
-        progress: show a tqdm bar on stderr with the running loss, tok/s and learning rate.
+        progress: show a tqdm bar on stderr with the running loss, tok/s and
+            learning rate.
         desc: label of the progress bar (default: the mode).
-        history: if given, the loss per token of every update is appended to it.
+        history: if given, the loss per token of every update is appended to
+            it.
 
     Returns:
         (loss per non-padding target token over the epoch, the train state).
@@ -424,7 +474,13 @@ def run_epoch(
     state = train_state if train_state is not None else TrainState()
     model.train(train)  # dropout on for training, off for evaluation
     total = len(data_iter) if hasattr(data_iter, "__len__") else None
-    bar = tqdm(data_iter, total=total, desc=desc or mode, file=sys.stderr, disable=not progress)
+    bar = tqdm(
+        data_iter,
+        total=total,
+        desc=desc or mode,
+        file=sys.stderr,
+        disable=not progress,
+    )
     total_loss, total_tokens, start = 0.0, 0, time.perf_counter()
     with torch.set_grad_enabled(train):
         for group in _groups(bar, accum_iter if train else 1):
@@ -444,13 +500,22 @@ def run_epoch(
             else:
                 (b,) = group
                 out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (batch, T, d_model)
-                loss, ntokens = float(loss_compute(out, b.tgt_y, b.ntokens)[0]), b.ntokens
+                loss, ntokens = (
+                    float(loss_compute(out, b.tgt_y, b.ntokens)[0]),
+                    b.ntokens,
+                )
             if history is not None:
                 history.append(loss / max(ntokens, 1))
             total_loss += loss
             total_tokens += ntokens
             if progress:
-                _show(bar, total_loss, total_tokens, start, optimizer if train else None)
+                _show(
+                    bar,
+                    total_loss,
+                    total_tokens,
+                    start,
+                    optimizer if train else None,
+                )
     bar.close()
     return total_loss / max(total_tokens, 1), state
 
@@ -469,7 +534,7 @@ def _show(
     start: float,
     optimizer: torch.optim.Optimizer | None,
 ) -> None:
-    """Put the running loss per token, tokens per second and learning rate on the bar."""
+    """Show the running loss per token, tokens/s and learning rate."""
     info = {"loss": f"{total_loss / max(total_tokens, 1):.3f}"}
     info["tok/s"] = f"{total_tokens / max(time.perf_counter() - start, 1e-9):.0f}"
     if optimizer is not None:
@@ -488,19 +553,22 @@ def copy_task_batches(
 ) -> Iterator[Batch]:
     """Random batches for the copy task, whose target is its source.
 
-    Each sequence is the start symbol 1 followed by seq_len - 1 tokens drawn uniformly from
+    Each sequence is the start symbol 1 followed by seq_len - 1 tokens drawn
+    uniformly from
     {2, ..., vocab - 1}; id 0 is reserved for padding (never produced).
 
     Args:
         vocab: vocabulary size (>= 3).
-        batch_size: sequences per batch (>= 1). n_batches: number of batches (>= 0).
+        batch_size: sequences per batch (>= 1). n_batches: number of batches
+            (>= 0).
         seq_len: length of each sequence including the start symbol (>= 2).
         generator: a seeded CPU ``torch.Generator`` for reproducible data.
         device: where the batches are put (default: the CPU).
 
     Yields:
         ``Batch(src, src, pad=0)`` with src (batch_size, seq_len).
-    The toy task of the Annotated Transformer (Rush, 2018). Defined in chapter 6.
+    The toy task of the Annotated Transformer (Rush, 2018). Defined in chapter
+    6.
     """
     if vocab < 3:
         raise ValueError(f"vocab must be >= 3 (padding 0, start 1, a token), got {vocab}")
