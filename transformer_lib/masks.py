@@ -12,16 +12,17 @@ from torch import Tensor
 
 
 def padding_mask(tokens: Tensor, pad: int) -> Tensor:
-    """The padding (key) mask of a batch of token ids: True where the token is not padding.
+    """The padding (key) mask of a batch of token ids: True where not padding.
 
     Args:
         tokens: integer token ids of shape ``(batch, len)``.
         pad: the id of the padding token.
 
-    Returns a bool tensor of shape ``(batch, 1, len)`` on ``tokens``' device; the 1 broadcasts
-    over the queries, so every query ignores the same padded keys. The paper does not spell
-    padding out (it batches sentences of similar length, Section 5.1), but any padded batch
-    needs it. Defined in chapter 2.
+    Returns a bool tensor of shape ``(batch, 1, len)`` on ``tokens``' device;
+    the 1 broadcasts over the queries, so every query ignores the same padded
+    keys. The paper does not spell padding out (it batches sentences of
+    similar length, Section 5.1), but any padded batch needs it. Defined in
+    chapter 2.
     """
     if not isinstance(tokens, Tensor) or tokens.dim() != 2:
         got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
@@ -35,15 +36,16 @@ def padding_mask(tokens: Tensor, pad: int) -> Tensor:
 
 
 def subsequent_mask(size: int, device: torch.device | str | None = None) -> Tensor:
-    """The causal ("look-ahead") mask: position i may attend to positions 0, …, i only.
+    """The causal ("look-ahead") mask: position i may attend to 0, …, i only.
 
     Args:
         size: sequence length, an integer >= 1.
         device: where to create the mask (default: PyTorch's default device).
 
-    Returns a bool tensor of shape ``(1, size, size)``, True on and below the diagonal; the
-    leading 1 broadcasts over the batch. "Attention Is All You Need", Section 3.2.3 (masking
-    in the decoder's self-attention). Defined in chapter 2.
+    Returns a bool tensor of shape ``(1, size, size)``, True on and below the
+    diagonal; the leading 1 broadcasts over the batch. "Attention Is All You
+    Need", Section 3.2.3 (masking in the decoder's self-attention). Defined in
+    chapter 2.
     """
     if isinstance(size, bool):
         raise ValueError(f"size must be an integer >= 1, got {size!r}")
