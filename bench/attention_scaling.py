@@ -1,7 +1,7 @@
 """Time and memory of attention against sequence length: explicit softmax(QKᵀ/√d_k)V vs SDPA.
 
-    python bench/attention_scaling.py       # n = 64 … 4096; writes results/bench_attention.json
-    python bench/attention_scaling.py --lengths 64 128 256 --out /tmp/a.json
+    python -m bench.attention_scaling       # n = 64 … 4096; writes results/bench_attention.json
+    python -m bench.attention_scaling --lengths 64 128 256 --out /tmp/a.json
 
 Two implementations of the same function, on the same (batch, h, n, d_k) inputs:
 
@@ -36,8 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from bench.common import (
     RESULTS,
     format_table,
     git_commit,
@@ -49,8 +48,7 @@ from common import (  # noqa: E402
     peak_step_memory,
     write_json,
 )
-
-from transformer_lib.attention import attention  # noqa: E402
+from transformer_lib.attention import attention
 
 IMPLS = ("explicit", "sdpa", "sdpa_dropout")
 MODES = ("forward", "forward+backward")
@@ -289,7 +287,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "(PyTorch profiler memory timeline), inputs excluded."
         ),
         "command": " ".join(
-            ["python", "bench/attention_scaling.py", *(sys.argv[1:] if argv is None else argv)]
+            ["python -m bench.attention_scaling", *(sys.argv[1:] if argv is None else argv)]
         ),
         "date": now_iso(),
         "git_commit": commit,

@@ -1,7 +1,7 @@
 """Decoding time against output length: greedy without and with the KV cache, and beam search.
 
-    python bench/decode.py                  # lengths 16 32 64 128; writes results/bench_decode.json
-    python bench/decode.py --lengths 16 32 --repeats 2 --out /tmp/decode.json
+    python -m bench.decode                  # lengths 16 32 64 128; writes results/bench_decode.json
+    python -m bench.decode --lengths 16 32 --repeats 2 --out /tmp/decode.json
 
 Three ways to generate ``n`` tokens for a small batch of sentences with chapter 7's decoders:
 
@@ -33,8 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from bench.common import (
     RESULTS,
     format_table,
     git_commit,
@@ -45,37 +44,33 @@ from common import (  # noqa: E402
     now_iso,
     write_json,
 )
-
-from transformer_lib.decoding import beam_search, greedy_decode  # noqa: E402
-from transformer_lib.model import make_model  # noqa: E402
+from transformer_lib.decoding import beam_search, greedy_decode
+from transformer_lib.model import make_model
 
 PAD, BOS, EOS = 0, 1, 2
 METHODS = ("greedy_no_cache", "greedy_cache", "beam4_cache")
 DEFAULT_LENGTHS = [16, 32, 64, 128]
 
 
-def build(args: argparse.Namespace) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """Random model (EOS suppressed) and a padded batch of sources."""
+def build(
+    *, vocab: int, layers: int, d_model: int, heads: int, batch: int, src_len: int
+) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """Random model (EOS suppressed) and a padded batch of sources with its mask."""
     torch.manual_seed(0)
     model = make_model(
-        args.vocab,
-        args.vocab,
-        N=args.layers,
-        d_model=args.d_model,
-        d_ff=4 * args.d_model,
-        h=args.heads,
-        dropout=0.1,
+        vocab, vocab, N=layers, d_model=d_model, d_ff=4 * d_model, h=heads, dropout=0.1
     ).eval()
     out_proj = [m for m in model.generator.modules() if isinstance(m, nn.Linear)][-1]
     with torch.no_grad():
         out_proj.bias[EOS] = -1e9  # never finish: every run decodes max_len tokens
     g = torch.Generator().manual_seed(0)
-    src = torch.randint(3, args.vocab, (args.batch, args.src_len), generator=g)
-    src[1:, args.src_len * 3 // 4 :] = PAD  # some padding, as in a real batch
+    src = torch.randint(3, vocab, (batch, src_len), generator=g)
+    src[1:, src_len * 3 // 4 :] = PAD  # some padding, as in a real batch
     return model, src, (src != PAD).unsqueeze(-2)
 
 
-def methods(model, src, src_mask, n: int) -> dict[str, Any]:
+def methods(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor, n: int) -> dict[str, Any]:
+    """A no-argument callable per method, each generating ``n`` tokens per sentence."""
     max_len = n + 1  # the start symbol counts towards max_len
     return {
         "greedy_no_cache": lambda: greedy_decode(model, src, src_mask, max_len, BOS, None, False),
@@ -84,7 +79,31 @@ def methods(model, src, src_mask, n: int) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def measure(
+    model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor, lengths: list[int], repeats: int
+) -> list[dict[str, Any]]:
+    """One row per output length: median seconds of every method, ratios to the uncached loop,
+    and whether cached and uncached greedy decoding gave identical tokens."""
+    start = time.perf_counter()
+    for fn in methods(model, src, src_mask, 8).values():  # warm-up: kernels, allocator
+        fn()
+    rows = []
+    for n in lengths:
+        fns = methods(model, src, src_mask, n)
+        same = torch.equal(fns["greedy_no_cache"](), fns["greedy_cache"]())
+        times = interleaved_times(fns, warmup=0, repeats=repeats)
+        base = median(times["greedy_no_cache"])
+        row: dict[str, Any] = {"output_length": n, "tokens_identical": same}
+        for name in METHODS:
+            row[f"{name}_s"] = median(times[name])
+            row[f"{name}_ratio"] = median(times[name]) / base
+            row[f"{name}_all_s"] = [round(t, 6) for t in times[name]]
+        rows.append(row)
+        print(f"n={n}: done ({time.perf_counter() - start:.0f} s so far)", file=sys.stderr)
+    return rows
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lengths", type=int, nargs="+", default=DEFAULT_LENGTHS)
     p.add_argument("--repeats", type=int, default=3)
@@ -96,68 +115,63 @@ def main() -> int:
     p.add_argument("--vocab", type=int, default=1000)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out", type=Path, default=RESULTS / "bench_decode.json")
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark, write the JSON file (``--out``) and return its content."""
+    args = parse_args(argv)
     commit = git_commit()  # now: the code that runs, even if files change later
     if args.threads:
         torch.set_num_threads(args.threads)
-
     machine = machine_description()
-    model, src, src_mask = build(args)
     start = time.perf_counter()
-    for fn in methods(model, src, src_mask, 8).values():  # warm-up: kernels, allocator
-        fn()
-    rows = []
-    for n in args.lengths:
-        fns = methods(model, src, src_mask, n)
-        same = torch.equal(fns["greedy_no_cache"](), fns["greedy_cache"]())
-        times = interleaved_times(fns, warmup=0, repeats=args.repeats)
-        base = median(times["greedy_no_cache"])
-        row: dict[str, Any] = {"output_length": n, "tokens_identical": same}
-        for name in METHODS:
-            row[f"{name}_s"] = median(times[name])
-            row[f"{name}_ratio"] = median(times[name]) / base
-            row[f"{name}_all_s"] = [round(t, 6) for t in times[name]]
-        rows.append(row)
-        print(f"n={n}: done ({time.perf_counter() - start:.0f} s so far)", file=sys.stderr)
-
+    model, src, src_mask = build(
+        vocab=args.vocab,
+        layers=args.layers,
+        d_model=args.d_model,
+        heads=args.heads,
+        batch=args.batch,
+        src_len=args.src_len,
+    )
+    rows = measure(model, src, src_mask, args.lengths, args.repeats)
     print(format_table(rows, ["output_length", *(f"{m}_s" for m in METHODS)]))
     print()
     print(format_table(rows, ["output_length", *(f"{m}_ratio" for m in METHODS)]))
     speedup = 1 / rows[-1]["greedy_cache_ratio"]
     print(f"\nKV cache speed-up at {rows[-1]['output_length']} tokens: {speedup:.1f}x")
-    write_json(
-        args.out,
-        {
-            "benchmark": "decode",
-            "description": __doc__.split("\n\n")[0],
-            "command": " ".join(["python", "bench/decode.py", *sys.argv[1:]]),
-            "date": now_iso(),
-            "git_commit": commit,
-            "machine": machine,
-            "load_average_end": load_average(),
-            "wall_time_s": round(time.perf_counter() - start, 1),
-            "config": {
-                "model": {
-                    "N": args.layers,
-                    "d_model": args.d_model,
-                    "d_ff": 4 * args.d_model,
-                    "h": args.heads,
-                    "vocab": args.vocab,
-                    "weights": "random (seed 0), eval",
-                },
-                "batch": args.batch,
-                "src_len": args.src_len,
-                "beam_size": 4,
-                "repeats": args.repeats,
-                "statistic": "median",
-                "output_length": "generated tokens, not counting the start symbol (max_len - 1)",
+    out = {
+        "benchmark": "decode",
+        "description": __doc__.split("\n\n")[0],
+        "command": " ".join(["python -m bench.decode", *(sys.argv[1:] if argv is None else argv)]),
+        "date": now_iso(),
+        "git_commit": commit,
+        "machine": machine,
+        "load_average_end": load_average(),
+        "wall_time_s": round(time.perf_counter() - start, 1),
+        "config": {
+            "model": {
+                "N": args.layers,
+                "d_model": args.d_model,
+                "d_ff": 4 * args.d_model,
+                "h": args.heads,
+                "vocab": args.vocab,
+                "weights": "random (seed 0), eval",
             },
-            "results": rows,
+            "batch": args.batch,
+            "src_len": args.src_len,
+            "beam_size": 4,
+            "repeats": args.repeats,
+            "statistic": "median",
+            "output_length": "generated tokens, not counting the start symbol (max_len - 1)",
         },
-    )
+        "results": rows,
+    }
+    write_json(args.out, out)
     print(f"wrote {args.out}")
-    return 0 if all(r["tokens_identical"] for r in rows) else 1
+    return out
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # a non-zero exit status if the cache ever changed the greedy output
+    sys.exit(0 if all(r["tokens_identical"] for r in main()["results"]) else 1)

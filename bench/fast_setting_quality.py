@@ -1,6 +1,6 @@
 """Does the fast setting learn as well? Validation loss after the same steps on Multi30k.
 
-    python bench/fast_setting_quality.py            # writes results/bench_quality.json
+    python -m bench.fast_setting_quality            # writes results/bench_quality.json
 
 Trains chapter 8's model (configs/multi30k_small.toml) from the same seed, on the same
 batches in the same order, for the same number of optimizer steps: in fp32 with the
@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from bench.common import (
     RESULTS,
     ROOT,
     git_commit,
@@ -131,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = {
         "benchmark": "fast_setting_quality",
         "description": __doc__.strip().split("\n\n", 2)[1],
-        "command": " ".join(["python", "bench/fast_setting_quality.py", *(argv or sys.argv[1:])]),
+        "command": " ".join(["python -m bench.fast_setting_quality", *(argv or sys.argv[1:])]),
         "date": now_iso(),
         "git_commit": commit,
         "machine": machine,

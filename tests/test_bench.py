@@ -1,4 +1,4 @@
-"""Smoke and correctness tests of the benchmark scripts (bench/*.py) on tiny configurations.
+"""Smoke and correctness tests of the benchmarks (the ``bench`` package) on tiny configurations.
 
 Nothing here times anything or asserts a speed: the tests check that each script's functions run
 and return well-formed results, that the quantities they derive (ratios, slopes, analytic FLOPs,
@@ -8,23 +8,137 @@ compared in the training benchmark compute the same function.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import attention_scaling  # noqa: E402
-import common  # noqa: E402
+from bench import attention_scaling, common, decode, flops, micro
+from bench import fast_setting_quality as fq
+from bench import train_models as tm
+from bench import train_steps as ts
+from bench import train_throughput as tt
+from transformer_lib.data import PAD
+from transformer_lib.layers import Dropout, LayerNorm
+from transformer_lib.multihead import MultiHeadedAttention
+from transformer_lib.training import Batch, LabelSmoothing
 
 CPU = torch.device("cpu")
+TINY = tm.CONFIGS["tiny"]
+
+
+def assert_paths(data: dict, paths: list[str]) -> None:
+    """Every ``a/b/c`` path exists in ``data``; ``*`` stands for every key (or list item)."""
+    for path in paths:
+        level = [data]
+        for part in path.split("/"):
+            nxt = []
+            for node in level:
+                if part == "*":
+                    items = node.values() if isinstance(node, dict) else node
+                    assert items, f"{path}: nothing under *"
+                    nxt.extend(items)
+                else:
+                    assert part in node, f"{path}: no key {part!r}"
+                    nxt.append(node[part])
+            level = nxt
+
+
+# What the performance appendix (chapters/09_performance.ipynb) reads from each result file:
+# the benchmarks' main functions must keep writing these keys.
+COMMON_KEYS = ["date", "git_commit", "machine/cpu_model", "machine/logical_cores"]
+COMMON_KEYS += ["machine/torch_version", "machine/load_average_start", "command"]
+TRAIN_KEYS = COMMON_KEYS + [
+    "wall_time_s",
+    "machine/cpu_flags",
+    "machine/load_average_end",
+    "matmul_peak_flops/used_for_mfu/fp32",
+    "matmul_peak_flops/used_for_mfu/bf16",
+    "matmul_peak_flops/n",
+    "same_math_max_abs_diff",
+    *(f"configs/*/config/{k}" for k in ("d_model", "N", "batch_size", "repeats", "n_batches")),
+    *(
+        f"configs/*/variants/*/{k}"
+        for k in ("model", "tokens_per_s", "vs_nn_transformer_fp32", "mfu")
+    ),
+    "configs/*/variants/*/peak_step_memory_bytes",
+    "configs/*/ratios",
+    *(f"targets/*/{k}" for k in ("config", "target", "ratio", "value", "threshold", "met")),
+]
+EXTRAS_KEYS = [
+    *(f"extras/layernorm/*/{k}" for k in ("d_model", "tokens", "by_hand_ms", "fused_ms")),
+    "extras/layernorm/*/by_hand_vs_fused_time",
+    *(f"extras/loss/{k}" for k in ("vocab", "tokens", "definition_ms", "closed_form_ms")),
+    "extras/loss/definition_vs_closed_form_time",
+    *(f"extras/dropout/*/{k}" for k in ("p", "d_model", "tokens", "nn_dropout_ms", "ours_ms")),
+    "extras/dropout/*/nn_dropout_vs_ours_time",
+    *(f"extras/fused_qkv/*/{k}" for k in ("d_model", "separate_ms", "fused_ms")),
+    "extras/fused_qkv/*/separate_vs_fused_time",
+    *(f"extras/attention_dtype/{k}" for k in ("shape", "fused_bf16_ms", "fused_fp32_ms")),
+    "extras/attention_dtype/fused_bf16_vs_fused_fp32_time",
+    "extras/attention_dtype/math_bf16_ms",
+    "extras/bucketing",
+]
+BUCKETING_KEYS = [
+    f"extras/bucketing/{k}"
+    for k in ("random_padding", "bucketed_padding", "bucketed_vs_random_tokens_per_s")
+]
+ATTENTION_KEYS = COMMON_KEYS + [
+    "wall_time_s",
+    "machine/load_average_end",
+    *(f"rows/*/{k}" for k in ("impl", "mode", "n", "time_ms", "peak_bytes", "nxn_matrix_bytes")),
+    *(f"slopes/*/{k}" for k in ("from_n", "to_n", "time_slope")),
+]
+DECODE_KEYS = COMMON_KEYS + [
+    "wall_time_s",
+    "load_average_end",
+    "config/batch",
+    "config/repeats",
+    "config/model/d_model",
+    "config/model/N",
+    *(
+        f"results/*/{k}"
+        for k in ("output_length", "greedy_no_cache_s", "greedy_cache_s", "beam4_cache_s")
+    ),
+    "results/*/greedy_cache_ratio",
+    "results/*/tokens_identical",
+]
+QUALITY_KEYS = COMMON_KEYS + [
+    "wall_time_s",
+    "machine/load_average_end",
+    "runs/*/steps",
+    "runs/*/history",
+    "runs/*/resumed_from_existing_run",
+    "val_loss_fp32",
+    "val_loss_fast",
+    "val_loss_fast_vs_fp32_relative_difference",
+    "relative_differences_by_change/bf16_alone_fast_vs_fp32_paper_dropout",
+    "relative_differences_by_change/dropout_alone_fp32_paper_dropout_vs_fp32",
+    "target/met",
+    "target/met_against_fp32_with_the_same_dropout",
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "keys"),
+    [
+        ("bench_train.json", TRAIN_KEYS + EXTRAS_KEYS + BUCKETING_KEYS),
+        ("bench_attention.json", ATTENTION_KEYS),
+        ("bench_decode.json", DECODE_KEYS),
+        ("bench_quality.json", QUALITY_KEYS),
+    ],
+)
+def test_committed_results_have_what_the_appendix_reads(name, keys):
+    """The key lists above are the appendix's: the committed files (which it renders) hold
+    them, so a key list that drifted from the chapter fails here or in the chapter."""
+    path = Path(__file__).resolve().parents[1] / "results" / name
+    assert_paths(json.loads(path.read_text()), keys)
 
 
 # --------------------------------------------------------------------------- common
@@ -177,8 +291,8 @@ def test_attention_main_writes_json(tmp_path):
         + ["--budget", "0", "--no-memory", "--out", str(out)]
     )
     data = json.loads(out.read_text())
-    for key in ("machine", "git_commit", "date", "settings", "rows", "slopes", "command"):
-        assert key in data
+    assert_paths(data, ATTENTION_KEYS)
+    assert data["command"].startswith("python -m bench.attention_scaling --lengths 32 64")
     assert data["settings"]["lengths"] == [32, 64]
     assert (
         data["machine"]["load_average_end"] is None or len(data["machine"]["load_average_end"]) == 3
@@ -187,34 +301,25 @@ def test_attention_main_writes_json(tmp_path):
 
 # --------------------------------------------------------------------------- training throughput
 
-import train_throughput as tt  # noqa: E402
-from torch import nn  # noqa: E402
-
-from transformer_lib.layers import Generator, LayerNorm  # noqa: E402
-from transformer_lib.multihead import MultiHeadedAttention  # noqa: E402
-from transformer_lib.training import LabelSmoothing  # noqa: E402
-
-TINY = tt.CONFIGS["tiny"]
-
 
 def test_batches_are_seeded_padded_and_counted():
-    a, b = tt.make_batches(TINY, CPU, seed=3), tt.make_batches(TINY, CPU, seed=3)
+    a, b = tm.make_batches(TINY, CPU, seed=3), tm.make_batches(TINY, CPU, seed=3)
     assert len(a) == TINY.n_batches
     for x, y in zip(a, b):
         assert torch.equal(x.src, y.src) and torch.equal(x.tgt, y.tgt)
-        src_len = (x.src != tt.PAD).sum(1)
+        src_len = (x.src != PAD).sum(1)
         assert ((src_len >= TINY.min_len) & (src_len <= TINY.max_len)).all()
         # padding only at the end of each row
         positions = torch.arange(x.src.size(1))
-        assert torch.equal(x.src != tt.PAD, positions < src_len[:, None])
-        assert x.ntokens == int((x.tgt_y != tt.PAD).sum())
-    c = tt.make_batches(TINY, CPU, seed=4)[0].src
+        assert torch.equal(x.src != PAD, positions < src_len[:, None])
+        assert x.ntokens == int((x.tgt_y != PAD).sum())
+    c = tm.make_batches(TINY, CPU, seed=4)[0].src
     assert c.shape != a[0].src.shape or not torch.equal(c, a[0].src)  # the seed matters
 
 
 def test_nn_transformer_computes_our_function():
     """With copied weights (and its extra final norms removed) nn.Transformer matches ours."""
-    assert tt.same_math_check(TINY, CPU) < 1e-4
+    assert tm.same_math_check(TINY, CPU) < 1e-4
 
 
 @pytest.mark.parametrize(
@@ -223,11 +328,11 @@ def test_nn_transformer_computes_our_function():
 )
 def test_analytic_flops_equal_flop_counter(variant):
     """The analytic count (padded shapes) equals torch's FlopCounterMode for all the models."""
-    _, step = tt.build_variant(variant, TINY, CPU)
-    batch = tt.make_batches(TINY, CPU)[0]
-    counted = tt.counted_flops(step, batch)
-    v = tt.VARIANTS[variant]
-    expected = tt.train_flops(
+    _, step = ts.build_variant(variant, TINY, CPU)
+    batch = tm.make_batches(TINY, CPU)[0]
+    counted = flops.counted_flops(step, batch)
+    v = ts.VARIANTS[variant]
+    expected = flops.train_flops(
         TINY,
         batch,
         padded=True,
@@ -238,24 +343,24 @@ def test_analytic_flops_equal_flop_counter(variant):
 
 
 def test_unpadded_flops_without_padding_equal_padded():
-    cfg = tt.dataclasses.replace(TINY, min_len=7, max_len=7)
-    batch = tt.make_batches(cfg, CPU)[0]
-    assert tt.train_flops(cfg, batch) == tt.train_flops(cfg, batch, padded=True)
-    padded = tt.make_batches(TINY, CPU)[0]
-    assert tt.train_flops(TINY, padded) < tt.train_flops(TINY, padded, padded=True)
+    cfg = dataclasses.replace(TINY, min_len=7, max_len=7)
+    batch = tm.make_batches(cfg, CPU)[0]
+    assert flops.train_flops(cfg, batch) == flops.train_flops(cfg, batch, padded=True)
+    padded = tm.make_batches(TINY, CPU)[0]
+    assert flops.train_flops(TINY, padded) < flops.train_flops(TINY, padded, padded=True)
 
 
 def test_train_flops_by_hand():
     """One sentence pair, N = 1: the formula written out term by term."""
-    cfg = tt.dataclasses.replace(TINY, d_model=8, d_ff=16, vocab=10, N=1)
+    cfg = dataclasses.replace(TINY, d_model=8, d_ff=16, vocab=10, N=1)
     src = torch.tensor([[5, 6, 7]])  # S = 3
     tgt = torch.tensor([[1, 4, 9]])  # decoder input T = 2
-    batch = tt.Batch(src, tgt, tt.PAD)
+    batch = Batch(src, tgt, pad=PAD)
     d, f, V, S, T = 8, 16, 10, 3, 2
     enc = (4 * d * d + 2 * d * f) * S
     dec = (6 * d * d + 2 * d * f) * T + 2 * d * d * S
     attn = 4 * d * (S * S + T * T + T * S)
-    assert tt.train_flops(cfg, batch) == 3 * (2 * (enc + dec + d * V * T) + attn)
+    assert flops.train_flops(cfg, batch) == 3 * (2 * (enc + dec + d * V * T) + attn)
 
 
 @settings(max_examples=30, deadline=None)
@@ -272,8 +377,8 @@ def test_kl_by_definition_matches_label_smoothing(vocab, rows, smoothing, seed):
     target = torch.randint(0, vocab, (rows,), generator=g)  # includes padding rows (id 0)
     a = logp.clone().requires_grad_(True)
     b = logp.clone().requires_grad_(True)
-    crit = LabelSmoothing(vocab, tt.PAD, smoothing)
-    ref = tt.kl_by_definition(a, target, crit)
+    crit = LabelSmoothing(vocab, PAD, smoothing)
+    ref = ts.kl_by_definition(a, target, crit)
     got = crit(b, target)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     ref.backward()
@@ -283,20 +388,20 @@ def test_kl_by_definition_matches_label_smoothing(vocab, rows, smoothing, seed):
 
 def test_layernorms_by_hand_keep_the_function():
     torch.manual_seed(0)
-    model = tt.build_ours(TINY, CPU).eval()
-    batch = tt.make_batches(TINY, CPU)[0]
+    model = tm.build_ours(TINY, CPU).eval()
+    batch = tm.make_batches(TINY, CPU)[0]
     before = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
-    assert tt.layernorms_by_hand(model) == 5 * TINY.N  # 2 per encoder layer, 3 per decoder layer
+    assert tm.layernorms_by_hand(model) == 5 * TINY.N  # 2 per encoder layer, 3 per decoder layer
     assert not any(isinstance(m, LayerNorm) for m in model.modules())
     after = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
     torch.testing.assert_close(after, before)
 
 
 def test_paper_dropout_only_touches_attention_and_ffn_dropout():
-    ours = tt.build_ours(TINY, CPU, paper_dropout=True)
+    ours = tm.build_ours(TINY, CPU, paper_dropout=True)
     attn = [m for m in ours.modules() if isinstance(m, MultiHeadedAttention)]
     assert len(attn) == 3 * TINY.N and all(m.dropout.p == 0.0 for m in attn)
-    theirs = tt.build_nn(TINY, CPU, paper_dropout=True)
+    theirs = tm.build_nn(TINY, CPU, paper_dropout=True)
     mha = [m for m in theirs.modules() if isinstance(m, nn.MultiheadAttention)]
     assert len(mha) == 3 * TINY.N and all(m.dropout == 0.0 for m in mha)
     # the same number of live dropout modules (residual + embedding), all at cfg.dropout
@@ -309,40 +414,61 @@ def test_paper_dropout_only_touches_attention_and_ffn_dropout():
 
 
 def test_textbook_variant_uses_the_explicit_path():
-    model = tt.build_textbook(TINY, CPU)
-    batch = tt.make_batches(TINY, CPU)[0]
+    model = tm.build_textbook(TINY, CPU)
+    batch = tm.make_batches(TINY, CPU)[0]
     model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
     attn = [m for m in model.modules() if isinstance(m, MultiHeadedAttention)]
     assert all(m.store_attention and m.attn is not None for m in attn)
-    assert any(isinstance(m, tt.LayerNormByHand) for m in model.modules())
+    assert any(isinstance(m, tm.LayerNormByHand) for m in model.modules())
 
 
-@pytest.mark.parametrize("kind", ["ours_fp32", "nn_transformer_fp32"])
-def test_trainer_step_gives_the_same_step(kind):
-    """Skipping padding positions in the generator, and fused Adam, change nothing but speed."""
-    batch = tt.make_batches(TINY, CPU)[0]
+@pytest.mark.parametrize("name", ["ours_fp32", "nn_transformer_fp32"])
+def test_trainer_step_gives_the_reference_step(name):
+    """The trainer's step (generator on real tokens only, fused Adam; clipping off here) and
+    the reference step (generator on every position) make the same update."""
+    batch = tm.make_batches(TINY, CPU)[0]
     losses, params = [], []
-    for real in (False, True):
-        model = tt.BUILDERS[tt.VARIANTS[kind].builder](TINY, CPU)
+    for trainer in (False, True):
+        model = tm.BUILDERS[ts.VARIANTS[name].builder](TINY, CPU)
         torch.manual_seed(1)  # the same dropout masks in both steps
-        step = tt.make_step(tt.VARIANTS[kind].kind, model, TINY, CPU, trainer_step=real)
+        if trainer:
+            step = ts.package_step(model, TINY, CPU, clip_norm=None)
+        else:
+            step = ts.reference_step(model, TINY, CPU)
         losses.append(step(batch))
         params.append({n: p.detach().clone() for n, p in model.named_parameters()})
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
     d = TINY.d_model
-    for name, a in params[0].items():
-        b = params[1][name]
-        if name.endswith(("in_proj.bias", "in_proj_bias")):  # ours, nn.MultiheadAttention
+    for key, a in params[0].items():
+        b = params[1][key]
+        if key.endswith(("in_proj.bias", "in_proj_bias")):  # ours, nn.MultiheadAttention
             # The key bias's true gradient is 0 (it adds the same q.b_k to every logit of a
             # row, which softmax ignores); the two steps round it to different tiny values and
             # Adam's first step turns any nonzero value into +-lr. Compare W^Q's and W^V's.
             a, b = torch.cat([a[:d], a[2 * d :]]), torch.cat([b[:d], b[2 * d :]])
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=key)
+
+
+def test_trainer_step_clips_at_the_trainers_norm():
+    """The benchmark's trainer step clips the gradient norm as the trainer does: with a
+    tiny clip norm the first Adam update is unchanged (Adam is scale-free) but a second
+    one differs, as the moments then mix clipped and unclipped gradients."""
+    assert ts.TRAINER_CLIP_NORM == 1.0
+    batches = tm.make_batches(TINY, CPU)
+    finals = []
+    for clip in (None, 1e-6):
+        model = tm.build_ours(TINY, CPU)
+        torch.manual_seed(1)
+        step = ts.package_step(model, TINY, CPU, clip_norm=clip)
+        for b in batches:
+            step(b)
+        finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert not torch.allclose(finals[0], finals[1])
 
 
 def test_run_config_is_well_formed():
     names = ["ours_fp32", "nn_transformer_fp32", "textbook_fp32", "ours_bf16_paper_dropout"]
-    cfg = tt.dataclasses.replace(TINY, repeats=1)
+    cfg = dataclasses.replace(TINY, repeats=1)
     res = tt.run_config(cfg, names, CPU, measure_memory=False, verbose=False)
     assert set(res["variants"]) == set(names)
     for row in res["variants"].values():
@@ -389,19 +515,21 @@ def test_check_targets_reads_the_right_ratios():
 
 
 def test_micro_benchmarks_run():
-    qkv = tt.fused_qkv_micro(16, 64, CPU, repeats=1)
-    ln = tt.layernorm_micro(16, 64, CPU, repeats=1)
-    loss = tt.loss_micro(30, 64, CPU, repeats=1)
+    qkv = micro.fused_qkv_micro(16, 64, CPU, repeats=1)
+    ln = micro.layernorm_micro(16, 64, CPU, repeats=1)
+    loss = micro.loss_micro(30, 64, CPU, repeats=1)
     assert qkv["separate_vs_fused_time"] > 0 and ln["by_hand_vs_fused_time"] > 0
     assert loss["definition_vs_closed_form_time"] > 0
-    att = tt.attention_dtype_micro(TINY, CPU, repeats=1)
+    drop = micro.dropout_micro(16, 64, CPU, repeats=1)
+    assert drop["nn_dropout_vs_ours_time"] == pytest.approx(drop["nn_dropout_ms"] / drop["ours_ms"])
+    att = micro.attention_dtype_micro(TINY, CPU, repeats=1)
     assert att["fused_bf16_vs_fused_fp32_time"] == pytest.approx(
         att["fused_bf16_ms"] / att["fused_fp32_ms"]
     )
 
 
 def test_bucketing_experiment_on_a_slice_of_multi30k():
-    res = tt.bucketing_experiment(
+    res = micro.bucketing_experiment(
         TINY, CPU, max_tokens=400, n_batches=2, repeats=1, max_pairs=400, vocab_size=300
     )
     if res is None:
@@ -415,21 +543,43 @@ def test_bucketing_experiment_on_a_slice_of_multi30k():
 
 
 def test_train_main_writes_json(tmp_path):
+    """The whole benchmark, extras included, on the tiny config: the appendix's keys."""
     out = tmp_path / "train.json"
+    variants = ["ours_fp32", "nn_transformer_fp32", "textbook_fp32", "ours_bf16_paper_dropout"]
     tt.main(
-        ["--configs", "tiny", "--variants", "ours_fp32", "nn_transformer_fp32", "textbook_fp32"]
-        + ["--repeats", "1", "--no-memory", "--no-extras", "--peak-n", "64", "--out", str(out)]
+        ["--configs", "tiny", "--variants", *variants, "--repeats", "1", "--no-memory"]
+        + ["--bucketing-pairs", "300", "--bucketing-vocab", "300", "--bucketing-max-tokens", "200"]
+        + ["--peak-n", "64", "--out", str(out)]
     )
     data = json.loads(out.read_text())
-    for key in ("machine", "git_commit", "date", "configs", "targets", "matmul_peak_flops"):
-        assert key in data
+    keys = TRAIN_KEYS + EXTRAS_KEYS
+    if data["extras"]["bucketing"] is not None:  # None without Multi30k
+        keys += BUCKETING_KEYS
+    assert_paths(data, keys)
+    assert data["command"].startswith("python -m bench.train_throughput --configs tiny")
     assert data["same_math_max_abs_diff"] < 1e-4
+    assert set(data["configs"]["tiny"]["variants"]) == set(variants)
     assert "ours_fp32_vs_nn_transformer_fp32" in data["configs"]["tiny"]["ratios"]
+    assert [t["value"] for t in data["targets"]] == [None] * len(tt.TARGETS)  # tiny: none
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def test_decode_main_writes_json(tmp_path):
+    out = tmp_path / "decode.json"
+    data = decode.main(
+        ["--lengths", "2", "4", "--repeats", "1", "--d-model", "16", "--layers", "1"]
+        + ["--heads", "2", "--vocab", "20", "--batch", "2", "--src-len", "5", "--out", str(out)]
+    )
+    assert json.loads(out.read_text()) == data
+    assert_paths(data, DECODE_KEYS)
+    assert [r["output_length"] for r in data["results"]] == [2, 4]
+    assert all(r["tokens_identical"] for r in data["results"])  # the cache changes nothing
+    assert all(r["greedy_no_cache_ratio"] == 1.0 for r in data["results"])
 
 
 # --------------------------------------------------------------------------- fast-setting quality
-
-import fast_setting_quality as fq  # noqa: E402
 
 
 def test_quality_benchmark_on_the_tiny_config(tmp_path):
@@ -443,7 +593,10 @@ def test_quality_benchmark_on_the_tiny_config(tmp_path):
     runs = out["runs"]
     assert set(runs) == {"fp32", "fast", "fp32_paper_dropout"}
     assert runs["fast"]["resolved"] == {
-        "precision": "bf16", "dropout": 0.0, "attn_dropout": 0.0, "ffn_dropout": 0.0
+        "precision": "bf16",
+        "dropout": 0.0,
+        "attn_dropout": 0.0,
+        "ffn_dropout": 0.0,
     }
     assert runs["fp32"]["resolved"]["precision"] == "fp32"
     assert len({r["steps"] for r in runs.values()}) == 1  # the same number of steps
@@ -454,113 +607,20 @@ def test_quality_benchmark_on_the_tiny_config(tmp_path):
     assert out["target"]["met_against_fp32_with_the_same_dropout"] == (
         abs((fast - same) / same) <= 0.01
     )
+    assert_paths(out, QUALITY_KEYS)
     again = fq.main([*args, "--resume", "--out", str(tmp_path / "q2.json")])
     assert all(r["resumed_from_existing_run"] for r in again["runs"].values())
     assert {k: r["val_loss"] for k, r in again["runs"].items()} == {
         k: r["val_loss"] for k, r in runs.items()
     }
-    assert json.loads((tmp_path / "q2.json").read_text())["git_commit"] == out["git_commit"]
-
-
-# --------------------------------------------------------------------------- chunked output loss
-# (an experiment of the benchmark, not adopted by the trainer)
-def _plain_and_chunked(gen, crit, h, y, chunk, amp=False):
-    """(loss, grads of h/weight/bias) of criterion(generator(h)) and of the chunked loss."""
-    out = []
-    wide = torch.promote_types(h.dtype, torch.float32)
-    for f in (
-        # the generator's log-softmax in fp32 at least (CPU autocast would leave it in bf16)
-        lambda: crit(gen.proj(h).to(wide).log_softmax(-1), y),
-        lambda: tt.chunked_output_loss(gen, crit, h, y, chunk=chunk),
-    ):
-        for t in (h, gen.proj.weight, gen.proj.bias):
-            t.grad = None
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-            loss = f()
-        loss.backward()
-        out.append([loss.detach()] + [t.grad.clone() for t in (h, gen.proj.weight, gen.proj.bias)])
-    return out
-
-
-@settings(max_examples=25, deadline=None)
-@given(
-    n=st.integers(0, 40),
-    chunk=st.integers(1, 50),
-    eps=st.sampled_from([0.0, 0.1]),
-    seed=st.integers(0, 10_000),
-)
-def test_chunked_output_loss_equals_generator_then_criterion(n, chunk, eps, seed):
-    torch.manual_seed(seed)
-    gen, crit = Generator(8, 13), LabelSmoothing(13, 0, eps)
-    h = torch.randn(n, 8, dtype=torch.float64, requires_grad=True)
-    gen.double()
-    y = torch.randint(0, 13, (n,))  # padding rows (0) included
-    plain, chunked = _plain_and_chunked(gen, crit, h, y, chunk)
-    for a, b in zip(plain, chunked, strict=True):
-        torch.testing.assert_close(b, a)
-
-
-def test_chunked_output_loss_under_bf16_autocast_is_close_to_plain():
-    torch.manual_seed(0)
-    gen, crit = Generator(32, 300), LabelSmoothing(300, 0, 0.1)
-    h = torch.randn(100, 32, requires_grad=True)
-    y = torch.randint(0, 300, (100,))
-    plain, chunked = _plain_and_chunked(gen, crit, h, y, chunk=16, amp=True)
-    torch.testing.assert_close(chunked[0], plain[0], rtol=1e-3, atol=0)  # the loss
-    for a, b in zip(plain[1:], chunked[1:], strict=True):  # bf16 products: bf16 tolerance
-        assert b.dtype == torch.float32
-        torch.testing.assert_close(b, a, rtol=0.02, atol=0.02 * a.abs().max().item())
-
-
-def test_chunked_output_loss_without_gradients_and_with_tied_weights():
-    torch.manual_seed(0)
-    gen, crit = Generator(8, 20), LabelSmoothing(20, 0, 0.1)
-    h, y = torch.randn(9, 8), torch.randint(0, 20, (9,))
-    with torch.no_grad():
-        chunked = tt.chunked_output_loss(gen, crit, h, y, chunk=4)
-        torch.testing.assert_close(chunked, crit(gen(h), y))
-    # the generator's weight shared with an embedding: the two gradients add up
-    emb = torch.nn.Embedding(20, 8)
-    gen.proj.weight = emb.weight
-    tokens = torch.randint(0, 20, (9,))
-    grads = []
-    for f in (
-        lambda x: crit(gen(x), y),
-        lambda x: tt.chunked_output_loss(gen, crit, x, y, chunk=4),
-    ):
-        emb.weight.grad = None
-        f(emb(tokens) * 2).backward()
-        grads.append(emb.weight.grad.clone())
-    torch.testing.assert_close(grads[1], grads[0])
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"chunk": 0}, "chunk must be a positive integer"),
-        ({"chunk": True}, "chunk must be a positive integer"),
-        ({"crit": torch.nn.NLLLoss()}, "criterion must be a LabelSmoothing"),
-        ({"h": torch.randn(2, 3, 8)}, r"x must be \(N, d_model\)"),
-        ({"y": torch.tensor([1, 2, 99])}, r"target ids must be in \[0, size=20\)"),
-    ],
-)
-def test_chunked_output_loss_errors(kwargs, match):
-    gen = Generator(8, 20)
-    args = {"crit": LabelSmoothing(20, 0, 0.1), "h": torch.randn(3, 8)}
-    args["y"] = torch.tensor([1, 2, 3])
-    chunk = kwargs.pop("chunk", 4)
-    args.update(kwargs)
-    with pytest.raises(ValueError, match=match):
-        tt.chunked_output_loss(gen, args["crit"], args["h"], args["y"], chunk=chunk)
+    assert json.loads((tmp_path / "q2.json").read_text()) == again  # what was written
 
 
 def test_nn_dropout_variants_use_pytorchs_dropout_only():
-    from transformer_lib.layers import Dropout
-
     for name in ("ours_fp32_nn_dropout", "textbook_fp32"):
-        model, _ = tt.build_variant(name, TINY, CPU)
+        model, _ = ts.build_variant(name, TINY, CPU)
         assert not any(isinstance(m, Dropout) for m in model.modules())
         assert any(type(m) is nn.Dropout and m.p == TINY.dropout for m in model.modules())
-    model, _ = tt.build_variant("ours_fp32", TINY, CPU)
+    model, _ = ts.build_variant("ours_fp32", TINY, CPU)
     # per encoder layer 2 residual + 1 FFN dropout, per decoder layer 3 + 1
     assert sum(isinstance(m, Dropout) for m in model.modules()) == 7 * TINY.N
