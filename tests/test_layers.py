@@ -215,15 +215,20 @@ def test_dropout_distribution_scale_and_gradient(p):
     assert drop.eval()(x) is x and Dropout(0.0)(x) is x
 
 
-@pytest.mark.parametrize("p", [1.0, -0.1, True, "0.1"])
+@pytest.mark.parametrize("p", [1.0, -0.1, float("nan"), True, "0.1", None])
 def test_dropout_errors(p):
-    with pytest.raises(ValueError, match=r"p must be a probability in \[0, 1\)"):
+    # the shared check of chapter 1: bool, non-numbers and NaN are rejected too
+    with pytest.raises(ValueError, match=r"p must be a (probability|real number) in \[0, 1\)"):
         Dropout(p)
 
 
-def test_sublayer_connection_errors():
-    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
-        SublayerConnection(8, dropout=1.0)
+@pytest.mark.parametrize("p", [1.0, -0.1, float("nan"), True, "0.1"])
+def test_sublayer_connection_and_ffn_dropout_errors(p):
+    match = r"dropout must be a (probability|real number) in \[0, 1\)"
+    with pytest.raises(ValueError, match=match):
+        SublayerConnection(8, dropout=p)
+    with pytest.raises(ValueError, match=match):
+        PositionwiseFeedForward(8, 32, dropout=p)
 
 
 # ---------------------------------------------------------------- feed-forward
@@ -268,7 +273,7 @@ def test_ffn_errors():
         PositionwiseFeedForward(8, 32, activation="tanh")
     with pytest.raises(ValueError, match="d_model and d_ff must be positive"):
         PositionwiseFeedForward(8, 0)
-    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\)"):
         PositionwiseFeedForward(8, 32, dropout=-0.1)
 
 

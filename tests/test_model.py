@@ -355,6 +355,9 @@ def test_stacks_match_torch_nn_transformer(norm_first):
         (dict(d_ff=0), "d_ff must be a positive integer"),
         (dict(dropout=1.0), r"dropout must be a probability in \[0, 1\)"),
         (dict(dropout=-0.1), r"dropout must be a probability in \[0, 1\)"),
+        (dict(dropout=True), r"dropout must be a real number in \[0, 1\)"),
+        (dict(attn_dropout=float("nan")), r"attn_dropout must be a probability in \[0, 1\)"),
+        (dict(ffn_dropout="0.1"), r"ffn_dropout must be a real number in \[0, 1\)"),
         (dict(positional="rotary"), "positional must be 'sinusoidal' or 'learned'"),
         (dict(pad_idx=10), r"pad_idx must be in \[0, 10\)"),
         (dict(activation="tanh"), "activation must be 'relu' or 'gelu'"),
@@ -405,5 +408,5 @@ def test_make_model_dropout_placement():
     torch.testing.assert_close(default(src, tgt, None, None), paper(src, tgt, None, None))
     for bad in ({"attn_dropout": 1.0}, {"ffn_dropout": -0.1}, {"attn_dropout": "0.1"}):
         name = next(iter(bad))
-        with pytest.raises(ValueError, match=f"{name} must be a probability"):
+        with pytest.raises(ValueError, match=f"{name} must be a (probability|real number)"):
             make_model(20, 20, N=1, d_model=16, d_ff=32, h=2, **bad)

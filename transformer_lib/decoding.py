@@ -14,65 +14,15 @@ from torch import Tensor, nn
 from transformer_lib.masks import subsequent_mask
 
 
-def _vocab_size(model: nn.Module) -> int:
-    """The output vocabulary size: out_features of the generator's last linear layer."""
-    linears = [m for m in model.generator.modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise ValueError("model.generator must contain an nn.Linear projection to the vocabulary")
-    return linears[-1].out_features
-
-
-def _check_symbol(name: str, symbol: object, vocab: int) -> None:
-    try:
-        index = operator.index(symbol)
-    except TypeError:
-        index = None
-    if index is None or not 0 <= index < vocab:
-        raise ValueError(
-            f"{name} must be a token id in [0, {vocab}) (the generator's output size), "
-            f"got {symbol!r}"
-        )
-
-
-def _check_decode_args(
-    model: nn.Module, src: Tensor, src_mask: Tensor, max_len: int, start_symbol: int, end_symbol
-) -> None:
-    """Raise ValueError, naming the argument, for inputs the decoders cannot handle."""
-    if (
-        not isinstance(src, Tensor)
-        or src.is_floating_point()
-        or src.is_complex()
-        or (src.dtype == torch.bool)
-    ):
-        kind = src.dtype if isinstance(src, Tensor) else type(src).__name__
-        raise ValueError(f"src must be an integer tensor of token ids, got {kind}")
-    if src.dim() != 2:
-        raise ValueError(f"src must have shape (batch, src_len), got shape {tuple(src.shape)}")
-    if not isinstance(src_mask, Tensor) or src_mask.dtype != torch.bool:
-        kind = src_mask.dtype if isinstance(src_mask, Tensor) else type(src_mask).__name__
-        raise ValueError(f"src_mask must be a bool tensor (True = may attend), got {kind}")
-    if src_mask.dim() < 2 or src_mask.size(0) != src.size(0):
-        raise ValueError(
-            f"src_mask must have the batch size of src ({src.size(0)}) in dim 0, "
-            f"got shape {tuple(src_mask.shape)}"
-        )
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(
-            f"max_len must be an int >= 1 (it counts the start symbol), got {max_len!r}"
-        )
-    vocab = _vocab_size(model)
-    _check_symbol("start_symbol", start_symbol, vocab)
-    if end_symbol is not None:
-        _check_symbol("end_symbol", end_symbol, vocab)
-
-
 class KVCache:
-    """The keys and values the decoder has already computed, one entry per decoder layer.
+    """The keys and values the decoder has computed, one entry per layer.
 
-    Self-attention: ``self_kv[l] = (k, v)``, each (batch, h, t, d_k) for the t target positions
-    decoded so far; every step appends one position. Source attention: ``src_kv[l]``, each
-    (batch, h, src_len, d_k), is projected once from the encoder output and reused at every step.
-    Incremental decoding of the decoder of Vaswani et al. (2017), section 3.1. Defined in chapter 7.
+    Self-attention: ``self_kv[l] = (k, v)``, each (batch, h, t, d_k) for the t
+    target positions decoded so far; every step appends one position. Source
+    attention: ``src_kv[l]``, each (batch, h, src_len, d_k), is projected once
+        from the encoder output and reused at every step.
+    Incremental decoding of the decoder of Vaswani et al. (2017), section 3.1.
+    Defined in chapter 7.
 
     Args:
         model: an ``EncoderDecoder`` (chapter 5).
@@ -86,7 +36,7 @@ class KVCache:
         self.length = 0  # target positions already in the cache
 
     def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add one step's keys/values (batch, h, 1, d_k) to ``layer``; return all of them."""
+        """Append a step's k, v (batch, h, 1, d_k) to a layer; return all."""
         if self.self_kv[layer] is not None:
             k_past, v_past = self.self_kv[layer]
             k = torch.cat([k_past, k], dim=2)  # (batch, h, t+1, d_k)
@@ -95,10 +45,11 @@ class KVCache:
         return k, v
 
     def reorder(self, index: Tensor) -> None:
-        """Keep the self-attention entries of batch rows ``index`` (LongTensor (rows,)), in order.
+        """Keep the self-attention entries of batch rows ``index``, in order.
 
-        Beam search calls it with each surviving hypothesis's parent row. The source entries are
-        not touched, so each row must be replaced by a row with the same source sentence.
+        Beam search calls it with each surviving hypothesis's parent row. The
+        source entries are not touched, so each row must be replaced by a row
+        with the same source sentence.
         """
         self.self_kv = [
             None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
@@ -109,11 +60,15 @@ class KVCache:
 def _decoder_layer_step(
     layer: nn.Module, x: Tensor, cache: KVCache, l: int, src_mask: Tensor
 ) -> Tensor:
-    """``DecoderLayer.forward`` for the newest position only, reading and extending ``cache``."""
+    """``DecoderLayer.forward`` for the newest position, using ``cache``."""
 
-    def self_attn(y: Tensor) -> Tensor:  # y: (batch, 1, d_model), normalised under pre-norm
-        # 1) project only the new position's key and value; append them to the cache
-        k, v = cache.append(l, *layer.self_attn.project_kv(y, y))  # (batch, h, t+1, d_k)
+    def self_attn(
+        y: Tensor,
+    ) -> Tensor:  # y: (batch, 1, d_model), normalised under pre-norm
+        # 1) project only the new position's key and value; append them to the
+        # cache
+        # (batch, h, t+1, d_k)
+        k, v = cache.append(l, *layer.self_attn.project_kv(y, y))
         # 2) the new query attends over every position so far: nothing to mask
         return layer.self_attn.attend(y, k, v)
 
@@ -124,33 +79,44 @@ def _decoder_layer_step(
 
 
 def decode_step(model: nn.Module, cache: KVCache, tokens: Tensor, src_mask: Tensor) -> Tensor:
-    """The decoder output for one new target position per sentence, using and extending ``cache``.
+    """The decoder output at one new position per sentence, using ``cache``.
 
-    Equals ``model.decode(memory, src_mask, prefix, subsequent_mask(t + 1))[:, -1:]`` when the
-    prefix's first t tokens are already in the cache, at the cost of one position instead of t+1.
-    Incremental decoding of the decoder of Vaswani et al. (2017), section 3.1. Defined in chapter 7.
+    Equals ``model.decode(memory, src_mask, prefix, subsequent_mask(t + 1))[:,
+    -1:]`` when the prefix's first t tokens are already in the cache, at the
+    cost of one position instead of t+1. Incremental decoding of the decoder
+    of Vaswani et al. (2017), section 3.1. Defined in chapter 7.
 
     Args:
         model: an ``EncoderDecoder`` (chapter 5), in eval mode.
-        cache: the ``KVCache`` built from this batch's memory; ``cache.length`` is t.
+        cache: the ``KVCache`` built from this batch's memory;
+            ``cache.length`` is t.
         tokens: (batch, 1) the token at position t (the latest one generated).
         src_mask: (batch, 1, src_len) bool, True = may attend.
 
     Returns:
-        (batch, 1, d_model) decoder output at position t (after the final norm, if any).
+        (batch, 1, d_model) decoder output at position t (after the final
+        norm, if any).
     """
     embed, positional = model.tgt_embed[0], model.tgt_embed[1]
-    x = positional(embed(tokens), start=cache.length)  # (batch, 1, d_model): position t
+    # (batch, 1, d_model): position t
+    x = positional(embed(tokens), start=cache.length)
     for l, layer in enumerate(model.decoder.layers):
-        x = _decoder_layer_step(layer, x, cache, l, src_mask)  # (batch, 1, d_model)
+        # (batch, 1, d_model)
+        x = _decoder_layer_step(layer, x, cache, l, src_mask)
     cache.length += 1
     return model.decoder.norm(x)
 
 
 class _NextTokenLogProbs:
-    """log P(next token | source, prefix) for each row, with a KV cache or by re-decoding."""
+    """log P(next token | source, prefix) per row: KV cache or re-decoding."""
 
-    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor, use_cache: bool):
+    def __init__(
+        self,
+        model: nn.Module,
+        memory: Tensor,
+        src_mask: Tensor,
+        use_cache: bool,
+    ):
         self.model, self.memory, self.src_mask = model, memory, src_mask
         self.cache = KVCache(model, memory) if use_cache else None
 
@@ -181,25 +147,32 @@ def greedy_decode(
 ) -> Tensor:
     """Greedy decoding: at every step append the most probable next token.
 
-    The output starts with ``start_symbol`` and has at most ``max_len`` tokens *including* it,
-    i.e. at most ``max_len - 1`` generated tokens. A sentence that emits ``end_symbol`` is
-    finished: its later positions are filled with ``end_symbol``, and decoding stops as soon as
-    every sentence is finished (so the output may be shorter than ``max_len``). Without an
-    ``end_symbol`` exactly ``max_len`` tokens are returned. Call ``model.eval()`` first.
-    Auto-regressive decoding, Vaswani et al. (2017), section 3. Defined in chapter 7.
+    The output starts with ``start_symbol`` and has at most ``max_len`` tokens
+    *including* it, i.e. at most ``max_len - 1`` generated tokens. A sentence
+    that emits ``end_symbol`` is
+    finished: its later positions are filled with ``end_symbol``, and decoding
+        stops as soon as
+    every sentence is finished (so the output may be shorter than
+    ``max_len``). Without an ``end_symbol`` exactly ``max_len`` tokens are
+    returned. Call ``model.eval()`` first. Auto-regressive decoding, Vaswani
+    et al. (2017), section 3. Defined in chapter 7.
 
     Args:
         model: an ``EncoderDecoder`` (chapter 5).
         src: (batch, src_len) integer token ids.
-        src_mask: (batch, 1, src_len) bool, True = may attend (a real, non-pad token).
+        src_mask: (batch, 1, src_len) bool, True = may attend (a real, non-pad
+            token).
         max_len: maximum output length, counting the start symbol; >= 1.
         start_symbol: the token id the output starts with.
-        end_symbol: the token id that finishes a sentence, or None to always decode ``max_len``.
-        use_cache: decode incrementally with a ``KVCache``, or re-run the decoder over the whole
-            prefix at every step (the textbook version); both give the same tokens.
+        end_symbol: the token id that finishes a sentence, or None to always
+            decode ``max_len``.
+        use_cache: decode incrementally with a ``KVCache``, or re-run the
+            decoder over the whole prefix at every step (the textbook
+            version); both give the same tokens.
 
     Returns:
-        (batch, length) LongTensor, ``length <= max_len``; column 0 is ``start_symbol``.
+        (batch, length) LongTensor, ``length <= max_len``; column 0 is
+        ``start_symbol``.
     """
     _check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol)
     memory = model.encode(src, src_mask)  # (batch, src_len, d_model)
@@ -209,7 +182,8 @@ def greedy_decode(
     for _ in range(max_len - 1):
         next_token = next_log_probs(ys).argmax(dim=-1)  # (batch,)
         if end_symbol is not None:
-            next_token = next_token.masked_fill(finished, end_symbol)  # pad finished sentences
+            # pad finished sentences
+            next_token = next_token.masked_fill(finished, end_symbol)
             finished |= next_token == end_symbol
         ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)  # (batch, t+1)
         if finished.all():
@@ -217,15 +191,73 @@ def greedy_decode(
     return ys
 
 
-def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    """The length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha of Wu et al. (2016), section 7.
+def _vocab_size(model: nn.Module) -> int:
+    """Output vocabulary size: out_features of the generator's last Linear."""
+    linears = [m for m in model.generator.modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError("model.generator must contain an nn.Linear projection to the vocabulary")
+    return linears[-1].out_features
 
-    A hypothesis scores log P(Y | X) / lp(Y): alpha = 0 gives plain log-probabilities, larger
-    alpha favours longer outputs. Vaswani et al. (2017), section 6.1, use alpha = 0.6.
-    Defined in chapter 7.
+
+def _check_symbol(name: str, symbol: object, vocab: int) -> None:
+    try:
+        index = operator.index(symbol)
+    except TypeError:
+        index = None
+    if index is None or not 0 <= index < vocab:
+        raise ValueError(
+            f"{name} must be a token id in [0, {vocab}) (the generator's "
+            f"output size), got {symbol!r}"
+        )
+
+
+def _check_decode_args(
+    model: nn.Module,
+    src: Tensor,
+    src_mask: Tensor,
+    max_len: int,
+    start_symbol: int,
+    end_symbol,
+) -> None:
+    """Raise ValueError naming the argument for input the decoders reject."""
+    if (
+        not isinstance(src, Tensor)
+        or src.is_floating_point()
+        or src.is_complex()
+        or (src.dtype == torch.bool)
+    ):
+        kind = src.dtype if isinstance(src, Tensor) else type(src).__name__
+        raise ValueError(f"src must be an integer tensor of token ids, got {kind}")
+    if src.dim() != 2:
+        raise ValueError(f"src must have shape (batch, src_len), got shape {tuple(src.shape)}")
+    if not isinstance(src_mask, Tensor) or src_mask.dtype != torch.bool:
+        kind = src_mask.dtype if isinstance(src_mask, Tensor) else type(src_mask).__name__
+        raise ValueError(f"src_mask must be a bool tensor (True = may attend), got {kind}")
+    if src_mask.dim() < 2 or src_mask.size(0) != src.size(0):
+        raise ValueError(
+            f"src_mask must have the batch size of src ({src.size(0)}) in "
+            f"dim 0, got shape {tuple(src_mask.shape)}"
+        )
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(
+            f"max_len must be an int >= 1 (it counts the start symbol), got {max_len!r}"
+        )
+    vocab = _vocab_size(model)
+    _check_symbol("start_symbol", start_symbol, vocab)
+    if end_symbol is not None:
+        _check_symbol("end_symbol", end_symbol, vocab)
+
+
+def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """The length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016).
+
+    A hypothesis scores log P(Y | X) / lp(Y): alpha = 0 gives plain
+    log-probabilities, larger alpha favours longer outputs. Vaswani et al.
+    (2017), section 6.1, use alpha = 0.6. Defined in chapter 7.
 
     Args:
-        length: |Y|, the number of generated tokens (see ``beam_search`` for what counts).
+        length: |Y|, the number of generated tokens (see ``beam_search`` for
+            what counts).
         alpha: the exponent, >= 0 in practice.
     """
     return ((5 + length) / 6) ** alpha
@@ -250,7 +282,7 @@ def _finish(
     end_symbol: int,
     lp: float,
 ) -> None:
-    """Move the EOS extensions among each sentence's best k (batch, k) to its finished list."""
+    """Move EOS extensions among a sentence's best k to its finished list."""
     k = top.size(1)
     eos = (is_eos & top.isfinite()).tolist()
     for b in range(len(done)):
@@ -261,10 +293,11 @@ def _finish(
 
 
 def _mark_done(finished: list, done: list, scores: Tensor, n_best: int, best_lp: float) -> None:
-    """A sentence is done once no live hypothesis can beat its n_best-th finished one.
+    """A sentence is done once no live hypothesis can beat its n_best-th.
 
-    A live hypothesis's log P (``scores``, (batch, k)) only falls as it grows, so its final score
-    is at most log P / ``best_lp``, the largest length penalty it can still reach.
+    A live hypothesis's log P (``scores``, (batch, k)) only falls as it grows,
+    so its final score is at most log P / ``best_lp``, the largest length
+    penalty it can still reach.
     """
     best_alive = scores.max(dim=1).values.tolist()  # (batch,)
     for b in range(len(done)):
@@ -286,68 +319,100 @@ def beam_search(
     n_best: int = 1,
     use_cache: bool = True,
 ) -> list[list[tuple[Tensor, float]]]:
-    """Beam search: keep the ``beam_size`` most probable partial outputs at every step.
+    """Beam search: keep the ``beam_size`` most probable partial outputs.
 
-    All sentences and their beams decode as one batch of batch*beam_size rows. Every step extends
-    each live hypothesis by every token; of the 2*beam_size best extensions, those among the best
-    beam_size that end in ``end_symbol`` (EOS) leave the beam as finished hypotheses, and the best
-    beam_size that do not end in EOS form the next beam (the KV cache follows them). A hypothesis
-    Y scores log P(Y | X) / lp(Y), with the GNMT length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha
-    (alpha = ``length_penalty``), where |Y| counts the generated tokens including the final EOS
-    but not the start symbol. A sentence stops when no live hypothesis can beat its n_best-th
-    finished one, or at ``max_len`` (then its live hypotheses are scored as they are, without
-    EOS). Call ``model.eval()`` first. Vaswani et al. (2017), section 6.1 (beam size 4,
-    alpha 0.6). Defined in chapter 7.
+    All sentences and their beams decode as one batch of batch*beam_size rows.
+    Every step extends each live hypothesis by every token; of the 2*beam_size
+    best extensions, those among the best beam_size that end in ``end_symbol``
+    (EOS) leave the beam as finished hypotheses, and the best beam_size that
+    do not end in EOS form the next beam (the KV cache follows them). A
+    hypothesis Y scores log P(Y | X) / lp(Y), with the GNMT length penalty
+    lp(Y) = ((5 + |Y|) / 6) ** alpha (alpha = ``length_penalty``), where |Y|
+    counts the generated tokens including the final EOS but not the start
+    symbol. A sentence stops when no live hypothesis can beat its n_best-th
+    finished one, or at ``max_len`` (then its live hypotheses are scored as
+    they are, without EOS). Call ``model.eval()`` first. Vaswani et al.
+    (2017), section 6.1 (beam size 4, alpha 0.6). Defined in chapter 7.
 
     Args:
         model: an ``EncoderDecoder`` (chapter 5).
         src: (batch, src_len) integer token ids.
         src_mask: (batch, 1, src_len) bool, True = may attend.
-        max_len: maximum hypothesis length, counting the start symbol and EOS; >= 1.
+        max_len: maximum hypothesis length, counting the start symbol and EOS;
+            >= 1.
         start_symbol: the token id every hypothesis starts with.
         end_symbol: the token id that finishes a hypothesis.
         beam_size: number of live hypotheses per sentence (k); >= 1.
-        length_penalty: alpha of the GNMT length penalty; 0 ranks by plain log-probability.
+        length_penalty: alpha of the GNMT length penalty; 0 ranks by plain
+            log-probability.
         n_best: hypotheses returned per sentence, 1 <= n_best <= beam_size.
-        use_cache: decode with a ``KVCache``, or re-decode every prefix at every step.
+        use_cache: decode with a ``KVCache``, or re-decode every prefix at
+            every step.
 
     Returns:
-        Per sentence, up to n_best ``(tokens, score)`` pairs, best first (fewer only if fewer
-        hypotheses exist, e.g. when max_len is 1); ``tokens`` is a 1-D LongTensor that starts with
-        ``start_symbol`` and ends with ``end_symbol`` if the hypothesis finished.
+        Per sentence, up to n_best ``(tokens, score)`` pairs, best first
+        (fewer only if fewer hypotheses exist, e.g. when max_len is 1);
+        ``tokens`` is a 1-D LongTensor that starts with ``start_symbol`` and
+        ends with ``end_symbol`` if the hypothesis finished.
     """
     _check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol)
     _check_symbol("end_symbol", end_symbol, _vocab_size(model))
     _check_beam_args(beam_size, n_best, length_penalty)
     batch, k, device = src.size(0), beam_size, src.device
-    memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # (batch*k, src_len, d)
+    # (batch*k, src_len, d)
+    memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)
     src_mask = src_mask.repeat_interleave(k, dim=0)  # (batch*k, 1, src_len)
     next_log_probs = _NextTokenLogProbs(model, memory, src_mask, use_cache)
     ys = torch.full((batch * k, 1), start_symbol, dtype=torch.long, device=device)
-    scores = torch.full((batch, k), -math.inf, device=device)  # log P(prefix) of each beam
-    scores[:, 0] = 0.0  # the k beams start identical: keep one, or the beam fills with copies
+    # log P(prefix) of each beam
+    scores = torch.full((batch, k), -math.inf, device=device)
+    # the k beams start identical: keep one, or the beam fills with copies
+    scores[:, 0] = 0.0
     finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(batch)]
     done = [False] * batch
-    first_row = torch.arange(batch, device=device).unsqueeze(1) * k  # (batch, 1)
+    # (batch, 1)
+    first_row = torch.arange(batch, device=device).unsqueeze(1) * k
     for t in range(1, max_len):  # t = generated tokens per hypothesis after this step
         log_probs = next_log_probs(ys).view(batch, k, -1)  # (batch, k, vocab)
         vocab = log_probs.size(-1)
-        # 1) extend every beam by every token; the 2k best include k that do not end in EOS
-        candidates = (scores.unsqueeze(-1) + log_probs).flatten(1)  # (batch, k*vocab)
-        top, index = candidates.topk(min(2 * k, candidates.size(1)), dim=-1)  # (batch, 2k)
-        origin, token = index // vocab, index % vocab  # parent beam, new token
+        # 1) extend every beam by every token; the 2k best include k that do
+        # not end in EOS
+        # (batch, k*vocab)
+        candidates = (scores.unsqueeze(-1) + log_probs).flatten(1)
+        # (batch, 2k)
+        top, index = candidates.topk(min(2 * k, candidates.size(1)), dim=-1)
+        # parent beam, new token
+        origin, token = (
+            index // vocab,
+            index % vocab,
+        )
         is_eos = token == end_symbol
-        # 2) EOS among the best k: that hypothesis is finished and leaves the beam
+        # 2) EOS among the best k: that hypothesis is finished and leaves the
+        # beam
         lp = gnmt_length_penalty(t, length_penalty)
-        _finish(finished, done, ys, top[:, :k], origin[:, :k], is_eos[:, :k], end_symbol, lp)
-        # 3) the best k that do not end in EOS are the new beam; the cache follows their parents
+        _finish(
+            finished,
+            done,
+            ys,
+            top[:, :k],
+            origin[:, :k],
+            is_eos[:, :k],
+            end_symbol,
+            lp,
+        )
+        # 3) the best k that do not end in EOS are the new beam; the cache
+        # follows their parents
         rank = torch.arange(top.size(1), device=device) + is_eos * top.size(1)
         keep = rank.argsort(dim=-1)[:, :k]  # (batch, k)
         scores = top.gather(1, keep)
         parents = (first_row + origin.gather(1, keep)).flatten()  # (batch*k,)
-        ys = torch.cat([ys.index_select(0, parents), token.gather(1, keep).view(-1, 1)], dim=1)
+        ys = torch.cat(
+            [ys.index_select(0, parents), token.gather(1, keep).view(-1, 1)],
+            dim=1,
+        )
         next_log_probs.reorder(parents)
-        # 4) a sentence is done once its n_best finished hypotheses cannot be beaten
+        # 4) a sentence is done once its n_best finished hypotheses cannot be
+        # beaten
         best_lp = max(
             gnmt_length_penalty(t + 1, length_penalty),
             gnmt_length_penalty(max_len - 1, length_penalty),

@@ -7,14 +7,14 @@ __all__ = [
     "Embeddings",
     "layer_norm_by_hand",
     "LayerNorm",
-    "Dropout",
     "SublayerConnection",
+    "Dropout",
     "PositionwiseFeedForward",
-    "visible_positions",
-    "on_positions",
     "clones",
     "EncoderLayer",
     "Encoder",
+    "visible_positions",
+    "on_positions",
     "DecoderLayer",
     "Decoder",
     "Generator",
@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_lib.attention import check_probability
+
 
 def _is_integer_tensor(x: Tensor) -> bool:
     return isinstance(x, Tensor) and x.dtype in (torch.int64, torch.int32)
@@ -39,10 +41,11 @@ class Embeddings(nn.Module):
     Args:
         vocab: vocabulary size (rows of the table).
         d_model: embedding width.
-        padding_idx: optional id whose row is the zero vector and gets no gradient.
+        padding_idx: optional id whose row is the zero vector and gets no
+            gradient.
 
-    ``forward(x)``: x (batch, len) int64/int32 token ids -> (batch, len, d_model).
-    Paper section 3.4. Defined in chapter 5.
+    ``forward(x)``: x (batch, len) int64/int32 token ids -> (batch, len,
+    d_model). Paper section 3.4. Defined in chapter 5.
     """
 
     def __init__(self, vocab: int, d_model: int, padding_idx: int | None = None) -> None:
@@ -64,27 +67,31 @@ class Embeddings(nn.Module):
 
 
 def layer_norm_by_hand(x: Tensor, g: Tensor, b: Tensor, eps: float = 1e-6) -> Tensor:
-    """g * (x - mean) / sqrt(var + eps) + b over the last dimension, written out.
+    """g * (x - mean) / sqrt(var + eps) + b over the last dimension, by hand.
 
-    The reference definition ``LayerNorm`` is tested against (and the benchmarks' textbook
-    model uses): x (..., d), gain g and bias b (d,) -> same shape as x. Defined in chapter 5.
+    The reference definition ``LayerNorm`` is tested against (and the
+    benchmarks' textbook model uses): x (..., d), gain g and bias b (d,) ->
+    same shape as x. Defined in chapter 5.
     """
     mean = x.mean(-1, keepdim=True)  # (..., 1)
-    var = x.var(-1, keepdim=True, correction=0)  # (..., 1), biased: divides by d
+    # (..., 1), biased: divides by d
+    var = x.var(-1, keepdim=True, correction=0)
     return g * (x - mean) / torch.sqrt(var + eps) + b
 
 
 class LayerNorm(nn.Module):
-    """Layer normalization over the last dimension: g * (x - mean) / sqrt(var + eps) + b.
+    """Layer norm over the last dim: g * (x - mean) / sqrt(var + eps) + b.
 
-    Uses the biased variance and eps inside the square root, so it equals ``nn.LayerNorm``.
+    Uses the biased variance and eps inside the square root, so it equals
+    ``nn.LayerNorm``.
 
     Args:
         features: size of the last dimension (d_model).
         eps: added to the variance for numerical stability.
 
-    ``forward(x)``: x (..., features) -> same shape. Parameters ``weight`` (gain g, ones) and
-    ``bias`` (b, zeros). Ba et al. (2016); paper section 3.1. Defined in chapter 5.
+    ``forward(x)``: x (..., features) -> same shape. Parameters ``weight``
+    (gain g, ones) and ``bias`` (b, zeros). Ba et al. (2016); paper section
+    3.1. Defined in chapter 5.
     """
 
     def __init__(self, features: int, eps: float = 1e-6) -> None:
@@ -100,72 +107,76 @@ class LayerNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.size(-1) != self.weight.numel():
             raise ValueError(
-                f"x must have {self.weight.numel()} features in its last dimension, "
-                f"got shape {tuple(x.shape)}"
+                f"x must have {self.weight.numel()} features in its last "
+                f"dimension, got shape {tuple(x.shape)}"
             )
-        # layer_norm_by_hand(x, self.weight, self.bias, self.eps) as one fused kernel
+        # layer_norm_by_hand(x, self.weight, self.bias, self.eps), fused
         return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, eps={self.eps}"
 
 
+class SublayerConnection(nn.Module):
+    """A residual connection around a sublayer, layer norm after or before it.
+
+    post-norm (``norm_first=False``, the paper):
+    ``norm(x + dropout(sublayer(x)))``.
+
+    pre-norm (``norm_first=True``, a deviation):
+    ``x + dropout(sublayer(norm(x)))``.
+
+    Args:
+        size: d_model.
+        dropout: dropout probability applied to the sublayer's output (paper
+            section 5.4).
+        norm_first: pre-norm if True.
+
+    ``forward(x, sublayer)``: x (batch, len, size); sublayer maps such a
+    tensor to one of the same shape. Paper section 3.1 (residual + LayerNorm).
+    Defined in chapter 5.
+    """
+
+    def __init__(self, size: int, dropout: float, norm_first: bool = False) -> None:
+        super().__init__()
+        self.norm = LayerNorm(size)
+        self.dropout = Dropout(check_probability(dropout))
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))  # pre-norm
+        # post-norm: LayerNorm(x + Sublayer(x))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
 class Dropout(nn.Dropout):
-    """``nn.Dropout`` whose CPU mask is ``uniform >= p``: the same distribution, drawn faster.
+    """``nn.Dropout`` with the CPU mask ``uniform >= p``: same, but faster.
 
     Args:
         p: probability of zeroing an entry, in [0, 1).
 
-    ``forward(x)``: in training, each entry is zeroed with probability p and the others are
-    scaled by 1 / (1 - p); in evaluation (or with p = 0), x itself. Other devices use
-    ``nn.Dropout``'s kernel. Paper section 5.4. Defined in chapter 5.
+    ``forward(x)``: in training, each entry is zeroed with probability p and
+    the others are scaled by 1 / (1 - p); in evaluation (or with p = 0), x
+    itself. Other devices use ``nn.Dropout``'s kernel. Paper section 5.4.
+    Defined in chapter 5.
     """
 
     def __init__(self, p: float = 0.1) -> None:
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-            raise ValueError(f"p must be a probability in [0, 1), got {p!r}")
-        super().__init__(p)
+        super().__init__(check_probability(p, "p"))
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0:
             return x
         if x.device.type != "cpu":
             return super().forward(x)
-        keep = torch.rand(x.shape, device=x.device) >= self.p  # True with probability 1 - p
+        # True with probability 1 - p
+        keep = torch.rand(x.shape, device=x.device) >= self.p
         return torch.where(keep, x * (1.0 / (1.0 - self.p)), 0.0)
 
 
-class SublayerConnection(nn.Module):
-    """A residual connection around a sublayer, with layer norm after it (paper) or before it.
-
-    post-norm (``norm_first=False``, the paper): ``norm(x + dropout(sublayer(x)))``.
-    pre-norm (``norm_first=True``, a deviation): ``x + dropout(sublayer(norm(x)))``.
-
-    Args:
-        size: d_model.
-        dropout: dropout probability applied to the sublayer's output (paper section 5.4).
-        norm_first: pre-norm if True.
-
-    ``forward(x, sublayer)``: x (batch, len, size); sublayer maps such a tensor to one of the
-    same shape. Paper section 3.1 (residual + LayerNorm). Defined in chapter 5.
-    """
-
-    def __init__(self, size: int, dropout: float, norm_first: bool = False) -> None:
-        super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.norm = LayerNorm(size)
-        self.dropout = Dropout(dropout)
-        self.norm_first = norm_first
-
-    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-        if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))  # pre-norm
-        return self.norm(x + self.dropout(sublayer(x)))  # post-norm: LayerNorm(x + Sublayer(x))
-
-
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to every position separately.
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, at each position separately.
 
     Args:
         d_model: input and output width.
@@ -173,12 +184,16 @@ class PositionwiseFeedForward(nn.Module):
         dropout: dropout on the hidden activations.
         activation: "relu" (the paper) or "gelu".
 
-    ``forward(x)``: (batch, len, d_model) -> (batch, len, d_model). Paper section 3.3.
-    Defined in chapter 5.
+    ``forward(x)``: (batch, len, d_model) -> (batch, len, d_model). Paper
+    section 3.3. Defined in chapter 5.
     """
 
     def __init__(
-        self, d_model: int, d_ff: int, dropout: float = 0.1, activation: str = "relu"
+        self,
+        d_model: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        activation: str = "relu",
     ) -> None:
         super().__init__()
         if d_model < 1 or d_ff < 1:
@@ -187,11 +202,9 @@ class PositionwiseFeedForward(nn.Module):
             )
         if activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.w_1 = nn.Linear(d_model, d_ff)  # W1, b1
         self.w_2 = nn.Linear(d_ff, d_model)  # W2, b2
-        self.dropout = Dropout(dropout)
+        self.dropout = Dropout(check_probability(dropout))
         self.activation = activation
 
     def forward(self, x: Tensor) -> Tensor:
@@ -200,46 +213,16 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(hidden)  # (batch, len, d_model)
 
 
-def visible_positions(mask: Tensor | None, x: Tensor) -> Tensor | None:
-    """Flat indices (into ``x.flatten(0, 1)``) of the positions some query may attend to.
-
-    mask: a self-attention mask, bool (batch | 1, q_len | 1, len), True = may attend; x
-    (batch, len, d_model). A position whose key no query may attend to (its column is all
-    False) is padding: it influences no other position. Returns None when every position is
-    visible, or when the mask is not a plain 3-d self-attention mask. Defined in chapter 5.
-    """
-    if mask is None or mask.dim() != 3 or mask.size(-1) != x.size(1):
-        return None
-    if mask.device.type == "meta" or torch.compiler.is_compiling():
-        return None  # how many positions are visible is data, unknown when only tracing shapes
-    seen = mask.any(dim=-2).expand(x.size(0), x.size(1))  # (batch, len): seen by some query
-    if bool(seen.all()):
-        return None
-    return seen.flatten().nonzero().squeeze(1)  # (n_visible,)
-
-
-def on_positions(f: Callable[[Tensor], Tensor], x: Tensor, rows: Tensor | None) -> Tensor:
-    """The position-wise ``f`` applied to the positions ``rows`` of x; the others pass through.
-
-    x (batch, len, d); rows: flat indices from ``visible_positions`` (None = all positions).
-    ``f`` sees (n_visible, d) instead of (batch, len, d). Defined in chapter 5.
-    """
-    if rows is None:
-        return f(x)
-    flat = x.flatten(0, 1)  # (batch·len, d)
-    out = f(flat.index_select(0, rows))  # (n_visible, d)
-    return flat.index_copy(0, rows, out).view_as(x)  # hidden positions keep their input
-
-
 def clones(module: nn.Module, N: int) -> nn.ModuleList:
-    """N independent deep copies of ``module`` (no weight sharing), in an ``nn.ModuleList``.
+    """N independent deep copies of ``module`` (no shared weights), in a list.
 
     Args:
         module: the module to copy.
         N: number of copies (>= 1).
 
-    The paper stacks N = 6 identical layers with separate weights (section 3.1). The copies start
-    equal; ``make_model`` re-initializes them. Defined in chapter 5.
+    The paper stacks N = 6 identical layers with separate weights (section
+    3.1). The copies start equal; ``make_model`` re-initializes them. Defined
+    in chapter 5.
     """
     if not isinstance(N, int) or N < 1:
         raise ValueError(f"N must be a positive integer (number of copies), got {N!r}")
@@ -247,19 +230,22 @@ def clones(module: nn.Module, N: int) -> nn.ModuleList:
 
 
 class EncoderLayer(nn.Module):
-    """One encoder layer: self-attention and a feed-forward network, each in a residual block.
+    """One encoder layer: self-attention and feed-forward, each in a residual.
 
     Args:
         size: d_model.
         self_attn: a MultiHeadedAttention (chapter 3).
         feed_forward: a PositionwiseFeedForward.
         dropout: residual dropout.
-        norm_first: pre-norm blocks if True (a deviation; the paper is post-norm).
-        skip_padding: run the feed-forward block on the visible positions only (see
-            ``visible_positions``); padding positions then pass through it unchanged.
+        norm_first: pre-norm blocks if True (a deviation; the paper is
+            post-norm).
+        skip_padding: run the feed-forward block on the visible positions only
+            (see ``visible_positions``); padding positions then pass through
+            it unchanged.
 
-    ``forward(x, mask)``: x (batch, src_len, d_model), mask bool (batch, 1, src_len) with
-    True = may attend -> (batch, src_len, d_model). Paper section 3.1. Defined in chapter 5.
+    ``forward(x, mask)``: x (batch, src_len, d_model), mask bool (batch, 1,
+    src_len) with True = may attend -> (batch, src_len, d_model). Paper
+    section 3.1. Defined in chapter 5.
     """
 
     def __init__(
@@ -280,20 +266,26 @@ class EncoderLayer(nn.Module):
         self.skip_padding = skip_padding
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))  # 1) self-attention
-        rows = visible_positions(mask, x) if self.skip_padding else None
-        return on_positions(lambda y: self.sublayer[1](y, self.feed_forward), x, rows)  # 2) FFN
+        # 1) self-attention
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))
+        # 2) feed-forward
+        if not self.skip_padding:
+            return self.sublayer[1](x, self.feed_forward)
+        # the same on the real positions only (engineering note below)
+        rows = visible_positions(mask, x)
+        return on_positions(lambda y: self.sublayer[1](y, self.feed_forward), x, rows)
 
 
 class Encoder(nn.Module):
-    """A stack of N encoder layers (separate weights), plus a final LayerNorm for pre-norm.
+    """N encoder layers (separate weights), and a final LayerNorm if pre-norm.
 
     Args:
         layer: an EncoderLayer to copy N times.
         N: number of layers (6 in the paper).
 
-    ``forward(x, mask)``: x (batch, src_len, d_model) embedded source, mask (batch, 1, src_len)
-    -> memory (batch, src_len, d_model). Paper section 3.1. Defined in chapter 5.
+    ``forward(x, mask)``: x (batch, src_len, d_model) embedded source, mask
+    (batch, 1, src_len) -> memory (batch, src_len, d_model). Paper section
+    3.1. Defined in chapter 5.
     """
 
     def __init__(self, layer: EncoderLayer, N: int) -> None:
@@ -301,7 +293,8 @@ class Encoder(nn.Module):
         if not isinstance(N, int) or N < 1:
             raise ValueError(f"N must be a positive integer (number of layers), got {N!r}")
         self.layers = clones(layer, N)
-        # post-norm layers end normalized already; a pre-norm stack needs one last norm
+        # post-norm layers end normalized already; a pre-norm stack needs one
+        # last norm
         self.norm = LayerNorm(layer.size) if layer.norm_first else nn.Identity()
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
@@ -310,22 +303,61 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 
+def visible_positions(mask: Tensor | None, x: Tensor) -> Tensor | None:
+    """Flat indices into ``x.flatten(0, 1)`` of the positions a query may see.
+
+    mask: a self-attention mask, bool (batch | 1, q_len | 1, len), True = may
+    attend; x (batch, len, d_model). A position whose key no query may attend
+    to (its column is all False) is padding: it influences no other position.
+    Returns None when every position is visible, or when the mask is not a
+    plain 3-d self-attention mask. Defined in chapter 5.
+    """
+    if mask is None or mask.dim() != 3 or mask.size(-1) != x.size(1):
+        return None
+    if mask.device.type == "meta" or torch.compiler.is_compiling():
+        # how many positions are visible is data, unknown when tracing shapes
+        return None
+    # (batch, len): seen by some query
+    seen = mask.any(dim=-2).expand(x.size(0), x.size(1))
+    if bool(seen.all()):
+        return None
+    return seen.flatten().nonzero().squeeze(1)  # (n_visible,)
+
+
+def on_positions(f: Callable[[Tensor], Tensor], x: Tensor, rows: Tensor | None) -> Tensor:
+    """Position-wise ``f`` on the positions ``rows`` of x only.
+
+    x (batch, len, d); rows: flat indices from ``visible_positions`` (None =
+    all positions). ``f`` sees (n_visible, d) instead of (batch, len, d).
+    Defined in chapter 5.
+    """
+    if rows is None:
+        return f(x)
+    flat = x.flatten(0, 1)  # (batch·len, d)
+    out = f(flat.index_select(0, rows))  # (n_visible, d)
+    # hidden positions keep their input
+    return flat.index_copy(0, rows, out).view_as(x)
+
+
 class DecoderLayer(nn.Module):
-    """One decoder layer: masked self-attention, encoder-decoder attention, feed-forward.
+    """One decoder layer: masked self-attention, attention to memory, FFN.
 
     Args:
         size: d_model.
         self_attn: MultiHeadedAttention over the target prefix (causal mask).
-        src_attn: MultiHeadedAttention from the target to the memory (encoder output).
+        src_attn: MultiHeadedAttention from the target to the memory (encoder
+            output).
         feed_forward: a PositionwiseFeedForward.
         dropout: residual dropout.
-        norm_first: pre-norm blocks if True (a deviation; the paper is post-norm).
-        skip_padding: run the feed-forward block on the visible positions only (see
-            ``visible_positions``, applied to ``tgt_mask``).
+        norm_first: pre-norm blocks if True (a deviation; the paper is
+            post-norm).
+        skip_padding: run the feed-forward block on the visible positions only
+            (see ``visible_positions``, applied to ``tgt_mask``).
 
-    ``forward(x, memory, src_mask, tgt_mask)``: x (batch, tgt_len, d_model), memory
-    (batch, src_len, d_model), src_mask (batch, 1, src_len), tgt_mask (batch | 1, tgt_len,
-    tgt_len) -> (batch, tgt_len, d_model). Paper section 3.1. Defined in chapter 5.
+    ``forward(x, memory, src_mask, tgt_mask)``: x (batch, tgt_len, d_model),
+    memory (batch, src_len, d_model), src_mask (batch, 1, src_len), tgt_mask
+    (batch | 1, tgt_len, tgt_len) -> (batch, tgt_len, d_model). Paper section
+    3.1. Defined in chapter 5.
     """
 
     def __init__(
@@ -348,25 +380,35 @@ class DecoderLayer(nn.Module):
         self.skip_padding = skip_padding
 
     def forward(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
     ) -> Tensor:
         m = memory
-        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))  # 1) masked self-attn
-        x = self.sublayer[1](x, lambda y: self.src_attn(y, m, m, src_mask))  # 2) attend to memory
-        rows = visible_positions(tgt_mask, x) if self.skip_padding else None
-        return on_positions(lambda y: self.sublayer[2](y, self.feed_forward), x, rows)  # 3) FFN
+        # 1) masked self-attention
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        # 2) attention to the memory
+        x = self.sublayer[1](x, lambda y: self.src_attn(y, m, m, src_mask))
+        # 3) feed-forward
+        if not self.skip_padding:
+            return self.sublayer[2](x, self.feed_forward)
+        # the same on the real positions only (engineering note, section 5.6)
+        rows = visible_positions(tgt_mask, x)
+        return on_positions(lambda y: self.sublayer[2](y, self.feed_forward), x, rows)
 
 
 class Decoder(nn.Module):
-    """A stack of N decoder layers (separate weights), plus a final LayerNorm for pre-norm.
+    """N decoder layers (separate weights), and a final LayerNorm if pre-norm.
 
     Args:
         layer: a DecoderLayer to copy N times.
         N: number of layers (6 in the paper).
 
-    ``forward(x, memory, src_mask, tgt_mask)``: x (batch, tgt_len, d_model) embedded target
-    prefix; every layer attends to the same memory -> (batch, tgt_len, d_model).
-    Paper section 3.1. Defined in chapter 5.
+    ``forward(x, memory, src_mask, tgt_mask)``: x (batch, tgt_len, d_model)
+    embedded target prefix; every layer attends to the same memory -> (batch,
+    tgt_len, d_model). Paper section 3.1. Defined in chapter 5.
     """
 
     def __init__(self, layer: DecoderLayer, N: int) -> None:
@@ -377,10 +419,15 @@ class Decoder(nn.Module):
         self.norm = LayerNorm(layer.size) if layer.norm_first else nn.Identity()
 
     def forward(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
     ) -> Tensor:
         for layer in self.layers:
-            x = layer(x, memory, src_mask, tgt_mask)  # (batch, tgt_len, d_model)
+            # (batch, tgt_len, d_model)
+            x = layer(x, memory, src_mask, tgt_mask)
         return self.norm(x)
 
 
@@ -391,8 +438,8 @@ class Generator(nn.Module):
         d_model: input width.
         vocab: target vocabulary size.
 
-    ``forward(x)``: (batch, len, d_model) -> log-probabilities (batch, len, vocab).
-    Paper section 3.4. Defined in chapter 5.
+    ``forward(x)``: (batch, len, d_model) -> log-probabilities (batch, len,
+    vocab). Paper section 3.4. Defined in chapter 5.
     """
 
     def __init__(self, d_model: int, vocab: int) -> None:

@@ -10,6 +10,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from transformer_lib.attention import check_probability
 from transformer_lib.layers import (
     Decoder,
     DecoderLayer,
@@ -20,11 +21,17 @@ from transformer_lib.layers import (
     PositionwiseFeedForward,
 )
 from transformer_lib.multihead import MultiHeadedAttention
-from transformer_lib.positional import LearnedPositionalEmbedding, PositionalEncoding
+from transformer_lib.positional import (
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+)
 
 
 def _check_tokens(name: str, tokens: Tensor) -> None:
-    if not isinstance(tokens, Tensor) or tokens.dtype not in (torch.int64, torch.int32):
+    if not isinstance(tokens, Tensor) or tokens.dtype not in (
+        torch.int64,
+        torch.int32,
+    ):
         dtype = getattr(tokens, "dtype", type(tokens).__name__)
         raise ValueError(f"{name} must be integer token ids (torch.long), got {dtype}")
     if tokens.dim() != 2:
@@ -39,25 +46,28 @@ def _check_mask(name: str, mask: Tensor | None, batch: int) -> None:
         raise ValueError(f"{name} must be a bool tensor (True = may attend), got {dtype}")
     if mask.dim() < 3 or mask.size(0) not in (1, batch):
         raise ValueError(
-            f"{name} must have shape (batch={batch} or 1, q_len or 1, k_len), "
-            f"got {tuple(mask.shape)}"
+            f"{name} must have shape (batch={batch} or 1, q_len or 1, "
+            f"k_len), got {tuple(mask.shape)}"
         )
 
 
 class EncoderDecoder(nn.Module):
-    """The Transformer: embeddings, an encoder stack, a decoder stack and the output layer.
+    """The Transformer: embeddings, encoder and decoder stacks, output layer.
 
     Args:
         encoder: an Encoder.
         decoder: a Decoder.
-        src_embed: ``nn.Sequential(Embeddings, PositionalEncoding or LearnedPositionalEmbedding)``.
+        src_embed: ``nn.Sequential(Embeddings, PositionalEncoding or
+            LearnedPositionalEmbedding)``.
         tgt_embed: the same for the target.
-        generator: a Generator (applied by the loss and by decoding, not by ``forward``).
+        generator: a Generator (applied by the loss and by decoding, not by
+            ``forward``).
 
-    ``forward(src, tgt, src_mask, tgt_mask)``: src (batch, src_len) and tgt (batch, tgt_len)
-    token ids; src_mask bool (batch, 1, src_len); tgt_mask bool (batch | 1, tgt_len, tgt_len)
-    -> decoder output (batch, tgt_len, d_model). A mask of None means "attend everywhere"
-    (never pass None as tgt_mask when training). Paper section 3, Figure 1. Defined in chapter 5.
+    ``forward(src, tgt, src_mask, tgt_mask)``: src (batch, src_len) and tgt
+    (batch, tgt_len) token ids; src_mask bool (batch, 1, src_len); tgt_mask
+    bool (batch | 1, tgt_len, tgt_len) -> decoder output (batch, tgt_len,
+    d_model). A mask of None means "attend everywhere" (never pass None as
+    tgt_mask when training). Paper section 3, Figure 1. Defined in chapter 5.
     """
 
     def __init__(
@@ -76,7 +86,11 @@ class EncoderDecoder(nn.Module):
         self.generator = generator
 
     def forward(
-        self, src: Tensor, tgt: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
     ) -> Tensor:
         _check_tokens("src", src)
         _check_tokens("tgt", tgt)
@@ -93,9 +107,13 @@ class EncoderDecoder(nn.Module):
         return self.encoder(self.src_embed(src), src_mask)
 
     def decode(
-        self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor, tgt_mask: Tensor | None
+        self,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt: Tensor,
+        tgt_mask: Tensor | None,
     ) -> Tensor:
-        """Target ids (batch, tgt_len) and memory -> decoder output (batch, tgt_len, d_model)."""
+        """Target ids (batch, tgt_len) -> output (batch, tgt_len, d_model)."""
         _check_tokens("tgt", tgt)
         if tgt.size(0) != memory.size(0):
             raise ValueError(
@@ -107,7 +125,7 @@ class EncoderDecoder(nn.Module):
 
 
 def _init_weights(model: nn.Module, pad_idx: int | None) -> None:
-    """Xavier-uniform init of every weight matrix; fused Q/K/V blocks one by one."""
+    """Xavier-uniform init of every weight matrix; fused Q/K/V by block."""
     done: set[int] = set()
     with torch.no_grad():
         for module in model.modules():
@@ -146,23 +164,30 @@ def make_model(
 
     Args:
         src_vocab, tgt_vocab: vocabulary sizes.
-        N: layers per stack (6). d_model: model width (512). d_ff: FFN width (2048).
+        N: layers per stack (6). d_model: model width (512). d_ff: FFN width
+            (2048).
         h: attention heads (8); must divide d_model. dropout: in [0, 1) (0.1).
-        norm_first: pre-norm residual blocks (a deviation; default post-norm, the paper).
-        share_embeddings: tie source embedding, target embedding and output projection
-            (one tensor; needs src_vocab == tgt_vocab), paper section 3.4.
-        positional: "sinusoidal" (paper) or "learned". max_len: longest position table.
+        norm_first: pre-norm residual blocks (a deviation; default post-norm,
+            the paper).
+        share_embeddings: tie source embedding, target embedding and output
+            projection (one tensor; needs src_vocab == tgt_vocab), paper
+            section 3.4.
+        positional: "sinusoidal" (paper) or "learned". max_len: longest
+            position table.
         pad_idx: padding id (zero embedding row), or None.
         activation: "relu" (paper) or "gelu".
-        attn_dropout, ffn_dropout: dropout on the attention weights and on the FFN's hidden
-            activations; None (default) uses ``dropout``, as the Annotated Transformer and
-            ``nn.Transformer`` do. 0 for both gives the paper's placement (section 5.4:
-            residual and embedding dropout only), which is also faster (fused attention).
-        skip_padding: the layers run their feed-forward blocks on the positions the masks
-            leave visible only (the same outputs at real positions; see ``visible_positions``).
+        attn_dropout, ffn_dropout: dropout on the attention weights and on the
+            FFN's hidden activations; None (default) uses ``dropout``, as the
+            Annotated Transformer and ``nn.Transformer`` do. 0 for both gives
+            the paper's placement (section 5.4: residual and embedding dropout
+            only), which is also faster (fused attention).
+        skip_padding: the layers run their feed-forward blocks on the
+            positions the masks leave visible only (the same outputs at real
+            positions; see ``visible_positions``).
 
-    Returns an EncoderDecoder; ``model.generator`` maps its output to log-probabilities.
-    Paper section 3, Table 3 (base model). Defined in chapter 5.
+    Returns an EncoderDecoder; ``model.generator`` maps its output to
+    log-probabilities. Paper section 3, Table 3 (base model). Defined in
+    chapter 5.
     """
     for name, value in (
         ("src_vocab", src_vocab),
@@ -182,19 +207,19 @@ def make_model(
         ("attn_dropout", dropout if attn_dropout is None else attn_dropout),
         ("ffn_dropout", dropout if ffn_dropout is None else ffn_dropout),
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+        check_probability(value, name)
     if positional not in ("sinusoidal", "learned"):
         raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
     if share_embeddings and src_vocab != tgt_vocab:
         raise ValueError(
-            "share_embeddings=True needs one shared vocabulary: src_vocab must equal tgt_vocab, "
-            f"got src_vocab={src_vocab}, tgt_vocab={tgt_vocab}"
+            "share_embeddings=True needs one shared vocabulary: src_vocab "
+            f"must equal tgt_vocab, got src_vocab={src_vocab}, "
+            f"tgt_vocab={tgt_vocab}"
         )
     if pad_idx is not None and not 0 <= pad_idx < min(src_vocab, tgt_vocab):
         raise ValueError(
-            f"pad_idx must be in [0, {min(src_vocab, tgt_vocab)}) (a valid id in both "
-            f"vocabularies), got {pad_idx}"
+            f"pad_idx must be in [0, {min(src_vocab, tgt_vocab)}) "
+            f"(a valid id in both vocabularies), got {pad_idx}"
         )
     c = copy.deepcopy
     attn_p = dropout if attn_dropout is None else attn_dropout
@@ -206,9 +231,21 @@ def make_model(
     else:
         position = LearnedPositionalEmbedding(d_model, dropout, max_len)
     model = EncoderDecoder(
-        Encoder(EncoderLayer(d_model, c(attn), c(ff), dropout, norm_first, skip_padding), N),
+        Encoder(
+            EncoderLayer(d_model, c(attn), c(ff), dropout, norm_first, skip_padding),
+            N,
+        ),
         Decoder(
-            DecoderLayer(d_model, c(attn), c(attn), c(ff), dropout, norm_first, skip_padding), N
+            DecoderLayer(
+                d_model,
+                c(attn),
+                c(attn),
+                c(ff),
+                dropout,
+                norm_first,
+                skip_padding,
+            ),
+            N,
         ),
         nn.Sequential(Embeddings(src_vocab, d_model, pad_idx), c(position)),
         nn.Sequential(Embeddings(tgt_vocab, d_model, pad_idx), c(position)),
@@ -223,9 +260,10 @@ def make_model(
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Number of parameters, each tensor counted once (a tied matrix counts once).
+    """Number of parameters, each tensor counted once (a tied matrix too).
 
-    ``model.parameters()`` already yields a shared tensor only once; buffers (such as the
-    sinusoidal position table) are not parameters. Defined in chapter 5.
+    ``model.parameters()`` already yields a shared tensor only once; buffers
+    (such as the sinusoidal position table) are not parameters. Defined in
+    chapter 5.
     """
     return sum(p.numel() for p in model.parameters())
