@@ -298,9 +298,9 @@ def test_special_token_ids(tok):
 @needs_data
 def test_round_trip_on_every_val_and_test_sentence(tok):
     sentences = [s for split in ("val", "test") for pair in _pairs(split) for s in pair]
-    encoded = [data.encode(tok, s) for s in sentences]
+    encoded = [data.encode_text(tok, s) for s in sentences]
     assert all(ids[-1] == EOS and UNK not in ids for ids in encoded)
-    decoded = [data.decode(tok, ids) for ids in encoded]
+    decoded = [data.decode_ids(tok, ids) for ids in encoded]
     mismatches = [(s, d) for s, d in zip(sentences, decoded) if s != d]
     assert mismatches == []
 
@@ -309,21 +309,21 @@ def test_round_trip_on_every_val_and_test_sentence(tok):
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(max_size=40))
 def test_round_trip_of_any_text_up_to_nfc(tok, text):
-    ids = data.encode(tok, text, add_special=False)
+    ids = data.encode_text(tok, text, add_special=False)
     assert UNK not in ids  # byte level: every string is representable
-    assert data.decode(tok, ids) == unicodedata.normalize("NFC", text)
+    assert data.decode_ids(tok, ids) == unicodedata.normalize("NFC", text)
 
 
 @needs_data
 def test_encode_decode_special_tokens(tok):
     text = "Zwei Hunde spielen im Schnee."
-    ids = data.encode(tok, text, add_special=False)
-    assert data.encode(tok, text) == ids + [EOS]
-    assert data.decode(tok, [BOS] + ids + [EOS, PAD, PAD]) == text
-    assert data.decode(tok, torch.tensor([BOS] + ids)) == text
+    ids = data.encode_text(tok, text, add_special=False)
+    assert data.encode_text(tok, text) == ids + [EOS]
+    assert data.decode_ids(tok, [BOS] + ids + [EOS, PAD, PAD]) == text
+    assert data.decode_ids(tok, torch.tensor([BOS] + ids)) == text
     # Special-token text inside a sentence is just text.
-    assert not {PAD, BOS, EOS, UNK} & set(data.encode(tok, "a <s> b </s>", add_special=False))
-    assert data.decode(tok, data.encode(tok, "a <s> b </s> <pad>")) == "a <s> b </s> <pad>"
+    assert not {PAD, BOS, EOS, UNK} & set(data.encode_text(tok, "a <s> b </s>", add_special=False))
+    assert data.decode_ids(tok, data.encode_text(tok, "a <s> b </s> <pad>")) == "a <s> b </s> <pad>"
 
 
 @needs_data
@@ -338,7 +338,7 @@ def test_pieces_are_readable(tok):
 
 def test_id_pieces_match_pieces_and_name_special_tokens(tok):
     text = "Ein Mädchen läuft über die Straße."
-    ids = data.encode(tok, text)  # ids + EOS
+    ids = data.encode_text(tok, text)  # ids + EOS
     assert data.id_pieces(tok, ids[:-1]) == data.pieces(tok, text)
     assert data.id_pieces(tok, [PAD, BOS, EOS, UNK]) == data.SPECIAL_TOKENS
 
@@ -357,8 +357,8 @@ def test_save_and_load_tokenizer(tok, tmp_path):
     assert loaded.to_str() == tok.to_str()
     assert [p.name for p in path.parent.iterdir()] == ["tokenizer.json"]
     text = _pairs("val")[5][0] + " <s>"
-    assert data.encode(loaded, text) == data.encode(tok, text)
-    assert data.decode(loaded, data.encode(loaded, text)) == text
+    assert data.encode_text(loaded, text) == data.encode_text(tok, text)
+    assert data.decode_ids(loaded, data.encode_text(loaded, text)) == text
 
 
 def test_tokenizer_errors(tmp_path):
@@ -392,14 +392,24 @@ def test_encode_pairs(tok):
     pairs = _pairs("val")[:50]
     ex = data.encode_pairs(pairs, tok)
     assert ex == [
-        (data.encode(tok, s, add_special=False), data.encode(tok, t, add_special=False))
+        (data.encode_text(tok, s, add_special=False), data.encode_text(tok, t, add_special=False))
         for s, t in pairs
     ]
-    short = data.encode_pairs(pairs, tok, max_len=12)
+    short = data.encode_pairs(pairs, tok, drop_longer_than=12)
     assert short == [(s, t) for s, t in ex if len(s) <= 12 and len(t) <= 12]
     assert 0 < len(short) < len(ex)
-    with pytest.raises(ValueError, match="max_len must be None or >= 1, got 0"):
-        data.encode_pairs(pairs, tok, max_len=0)
+    assert data.encode_pairs(pairs, tok, max_len=12) == short  # the old keyword still works
+    with pytest.raises(ValueError, match="drop_longer_than must be None or an integer >= 1, got 0"):
+        data.encode_pairs(pairs, tok, drop_longer_than=0)
+    with pytest.raises(ValueError, match="not both"):
+        data.encode_pairs(pairs, tok, 12, max_len=12)
+
+
+def test_the_tokenizer_helpers_do_not_shadow_the_models_decode():
+    import transformer_lib
+
+    assert not hasattr(transformer_lib, "decode") and not hasattr(transformer_lib, "encode")
+    assert transformer_lib.decode_ids is data.decode_ids
 
 
 _lengths = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), min_size=1, max_size=120)

@@ -183,9 +183,9 @@ def test_evaluate_and_translate_commands(tiny_run, tmp_path, capsys, monkeypatch
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     model, tok, cfg = trainer.load_model(tiny_run / "best")
-    device = next(model.parameters()).device
     assert lines == trainer.translate_sentences(
-        model, tok, ["Ein Hund rennt.", "Zwei Männer spielen."], cfg, device, beam_size=1
+        model, tok, ["Ein Hund rennt.", "Zwei Männer spielen."], beam_size=1,
+        **cfg.decode_kwargs()
     )
 
 

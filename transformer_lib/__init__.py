@@ -48,8 +48,8 @@ from .data import (
     train_tokenizer,
     save_tokenizer,
     load_tokenizer,
-    encode,
-    decode,
+    encode_text,
+    decode_ids,
     pieces,
     id_pieces,
     encode_pairs,
@@ -65,6 +65,7 @@ from .checkpoint import (
     average_checkpoints,
     capture_rng_state,
     restore_rng_state,
+    recover_checkpoint,
 )
 
 __all__ = [
@@ -121,8 +122,8 @@ __all__ = [
     "train_tokenizer",
     "save_tokenizer",
     "load_tokenizer",
-    "encode",
-    "decode",
+    "encode_text",
+    "decode_ids",
     "pieces",
     "id_pieces",
     "encode_pairs",
@@ -136,5 +137,6 @@ __all__ = [
     "average_checkpoints",
     "capture_rng_state",
     "restore_rng_state",
+    "recover_checkpoint",
 ]
 __version__ = "0.1.0"

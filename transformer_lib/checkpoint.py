@@ -25,6 +25,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,18 +35,33 @@ import numpy as np
 import torch
 from torch import nn
 
+from transformer_lib._fileio import (
+    FileLock,
+    fsync_dir,
+    process_alive,
+    sha256_file,
+    this_host,
+    write_durably,
+)
+
 __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "average_checkpoints",
     "capture_rng_state",
     "restore_rng_state",
+    "recover_checkpoint",
 ]
 
 _FORMAT = "transformer_lib.checkpoint"
 _VERSION = 1
 _MODEL, _CONFIG, _TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 _TRAINER_T, _TRAINER_J, _MANIFEST = "trainer.safetensors", "trainer.json", "manifest.json"
+# Next to a checkpoint `<name>`, only while a save runs (or after a crash during one):
+#   .<name>.tmp-<pid>-<host>-<random>   being written by process <pid> on host <host>
+#   .<name>.old-<random>                the previous version, between the two renames of a swap
+#   .<name>.lock                        held during the swap, so concurrent saves take turns
+_SWAP_WAIT = 120.0  # seconds to wait for another process's swap of the same checkpoint
 # A JSON object with one of these keys stands for a value JSON has no type for.
 _MARKERS = ("__tensor__", "__ndarray__", "__tuple__", "__items__")
 
@@ -183,15 +199,10 @@ def _decode(obj: Any, tensors: Mapping[str, torch.Tensor], where: str) -> Any:
 # ---------------------------------------------------------------------------------- writing
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    _write_bytes(path, (json.dumps(obj, indent=2, allow_nan=True) + "\n").encode("utf-8"))
+    write_durably(path, (json.dumps(obj, indent=2, allow_nan=True) + "\n").encode("utf-8"))
 
 
 def _write_tensors(path: Path, tensors: Mapping[str, torch.Tensor], meta: dict[str, str]) -> None:
@@ -200,23 +211,6 @@ def _write_tensors(path: Path, tensors: Mapping[str, torch.Tensor], meta: dict[s
     save_file(dict(tensors), str(path), metadata=meta)
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    if hasattr(os, "O_DIRECTORY"):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _fill(
@@ -233,12 +227,12 @@ def _fill(
         raise TypeError(f"config must be a JSON-serializable dict: {e}") from e
     weights, aliases = _dedupe(model.state_dict())
     _write_tensors(tmp / _MODEL, weights, {"format": "pt", "aliases": json.dumps(aliases)})
-    _write_bytes(tmp / _CONFIG, config_text.encode("utf-8"))
+    write_durably(tmp / _CONFIG, config_text.encode("utf-8"))
     if tokenizer is not None:
         if hasattr(tokenizer, "to_str"):  # a tokenizers.Tokenizer
-            _write_bytes(tmp / _TOKENIZER, tokenizer.to_str(pretty=True).encode("utf-8"))
+            write_durably(tmp / _TOKENIZER, tokenizer.to_str(pretty=True).encode("utf-8"))
         else:  # a path to a tokenizer.json
-            _write_bytes(tmp / _TOKENIZER, Path(tokenizer).read_bytes())
+            write_durably(tmp / _TOKENIZER, Path(tokenizer).read_bytes())
     if trainer:
         raw: dict[str, torch.Tensor] = {}
         tree = {k: _encode(v, k, raw) for k, v in trainer.items()}
@@ -253,11 +247,12 @@ def _fill(
             "format": _FORMAT,
             "version": _VERSION,
             "files": {
-                n: {"sha256": _sha256(tmp / n), "bytes": (tmp / n).stat().st_size} for n in files
+                n: {"sha256": sha256_file(tmp / n), "bytes": (tmp / n).stat().st_size}
+                for n in files
             },
         },
     )
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
 
 
 def _redirect(tree: Any, aliases: Mapping[str, str]) -> Any:
@@ -317,14 +312,28 @@ def save_checkpoint(
         if value is not None:
             trainer[key] = value
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=_tmp_prefix(path, os.getpid())))
     try:
         _fill(tmp, model, config, trainer, tokenizer)
-        _swap_into_place(tmp, path)
+        with _swap_lock(path):
+            _swap_into_place(tmp, path)
+            _remove_debris(path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(this_host().encode("utf-8")).hexdigest()[:8]
+
+
+def _tmp_prefix(path: Path, pid: int) -> str:
+    return f".{path.name}.tmp-{pid}-{_host_tag()}-"
+
+
+def _swap_lock(path: Path) -> FileLock:
+    return FileLock(path.parent / f".{path.name}.lock", what=f"checkpoint {path}", wait=_SWAP_WAIT)
 
 
 def _swap_into_place(tmp: Path, path: Path) -> None:
@@ -339,21 +348,57 @@ def _swap_into_place(tmp: Path, path: Path) -> None:
         if had_old:
             os.rename(old, path)  # put the previous checkpoint back
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     if had_old:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_debris(path: Path) -> None:
+    """Delete what killed saves of `path` left behind (called holding the swap lock).
+
+    Any ``.old-*`` is a replaced version (`path` exists again). A ``.tmp-*`` is deleted only
+    when its writer ran on this host and has exited, since another process may be filling
+    its own right now; one named without a pid (older versions) when untouched for an hour.
+    """
+    for old in path.parent.glob(f".{path.name}.old-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    for tmp in path.parent.glob(f".{path.name}.tmp-*"):
+        parts = tmp.name[len(f".{path.name}.tmp-") :].split("-")
+        if len(parts) == 3 and parts[0].isdigit():
+            abandoned = parts[1] == _host_tag() and not process_alive(int(parts[0]))
+        else:
+            abandoned = time.time() - tmp.stat().st_mtime > 3600
+        if abandoned:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def recover_checkpoint(path: str | Path) -> bool:
+    """Finish a swap that a crash interrupted; return whether `path` is now a directory.
+
+    A save killed between its two renames leaves no `path`, only the previous version as
+    ``.<name>.old-*`` (complete: it was a checkpoint until the first rename). It is renamed
+    back. ``load_checkpoint`` calls this, so loading and resuming find it.
+    """
+    path = Path(path)
+    if path.is_dir() or not path.parent.is_dir():
+        return path.is_dir()
+    if not any(path.parent.glob(f".{path.name}.old-*")):
+        return False
+    with _swap_lock(path):
+        olds = [p for p in path.parent.glob(f".{path.name}.old-*") if (p / _MANIFEST).is_file()]
+        if not path.exists() and olds:
+            newest = max(olds, key=lambda p: (p / _MANIFEST).stat().st_mtime_ns)
+            os.rename(newest, path)
+            fsync_dir(path.parent)
+    return path.is_dir()
 
 
 # ---------------------------------------------------------------------------------- reading
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
-    if not path.is_dir():
-        hint = ""
-        leftovers = sorted(path.parent.glob(f".{path.name}.old-*")) if path.parent.is_dir() else []
-        if leftovers:
-            hint = f"; a previous version interrupted while being replaced is at {leftovers[-1]}"
-        raise FileNotFoundError(f"checkpoint directory {path} not found{hint}")
+    if not recover_checkpoint(path):
+        raise FileNotFoundError(f"checkpoint directory {path} not found")
     manifest_path = path / _MANIFEST
     if not manifest_path.is_file():
         raise ValueError(f"{path} is not a checkpoint: {_MANIFEST} is missing")
@@ -373,7 +418,7 @@ def _check_file(path: Path, manifest: Mapping[str, Any], verify: bool) -> Path:
     if entry is None or not path.is_file():
         raise ValueError(f"checkpoint {path.parent} is incomplete: {path.name} is missing")
     if verify:
-        actual = _sha256(path)
+        actual = sha256_file(path)
         if actual != entry.get("sha256"):
             raise ValueError(
                 f"{path} is corrupt: SHA-256 expected {entry.get('sha256')}, got {actual}"
@@ -467,7 +512,8 @@ def load_checkpoint(
         verify: check file checksums.
 
     Returns a dict with ``config``, ``train_state``, ``extra``, ``rng`` (``None`` when not
-    saved), ``tokenizer`` (path of ``tokenizer.json`` or ``None``) and ``path``.
+    saved), ``tokenizer`` (path of ``tokenizer.json``, checked like every other file, or
+    ``None``) and ``path``.
     """
     path = Path(path)
     manifest = _read_manifest(path)
@@ -496,13 +542,15 @@ def load_checkpoint(
         if "rng" not in trainer:
             raise ValueError(f"checkpoint {path} holds no RNG state (saved with rng=False)")
         restore_rng_state(trainer["rng"])
-    tokenizer = path / _TOKENIZER
+    tokenizer = None
+    if _TOKENIZER in manifest.get("files", {}):
+        tokenizer = _check_file(path / _TOKENIZER, manifest, verify)
     return {
         "config": config,
         "train_state": trainer.get("train_state"),
         "extra": trainer.get("extra"),
         "rng": trainer.get("rng"),
-        "tokenizer": tokenizer if _TOKENIZER in manifest.get("files", {}) else None,
+        "tokenizer": tokenizer,
         "path": path,
     }
 

@@ -8,6 +8,9 @@
     python -m transformer_lib evaluate --checkpoint runs/small/averaged --split test --beam 4
     echo "Ein Hund rennt im Schnee." | \
         python -m transformer_lib translate --checkpoint runs/small/best
+
+A user error prints one line ``error: ...`` on stderr and exits with status 2 (bad arguments)
+or 1 (anything that fails while running); ``--debug`` prints the traceback instead.
 """
 
 from __future__ import annotations
@@ -15,62 +18,117 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m transformer_lib", description=__doc__.splitlines()[0]
-    )
-    sub = p.add_subparsers(dest="command", required=True)
+class _UsageError(Exception):
+    """Bad command-line arguments (exit status 2)."""
 
-    t = sub.add_parser("train", help="train a translation model on Multi30k")
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise _UsageError(message)  # one line from main(), not argparse's usage block
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="on an error, print the traceback instead of one line")
+    p = _Parser(prog="python -m transformer_lib", description=__doc__.splitlines()[0],
+                parents=[common])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train a translation model on Multi30k", parents=[common])
     t.add_argument("--config", required=True, help="TOML file (see configs/)")
     # --run is a short alias; under torchrun write --run-dir (torchrun's own parser would read
     # --run as an ambiguous abbreviation of its --run-path option).
     t.add_argument(
         "--run-dir", "--run", dest="run", required=True,
-        help="directory for checkpoints, tokenizer and metrics",
+        help="directory for checkpoints, tokenizer and metrics (one run at a time: locked)",
     )
-    t.add_argument("--resume", action="store_true", help="continue from RUN/last")
+    t.add_argument("--resume", action="store_true",
+                   help="continue from RUN/last (only epochs, time limit, data dir, checkpoint "
+                        "and decoding settings may change)")
     t.add_argument("--data-dir", help="Multi30k directory (default: see transformer_lib.data)")
-    t.add_argument("--epochs", type=int, help="override the config's epochs")
+    t.add_argument("--epochs", type=_positive_int, help="override the config's epochs")
     t.add_argument("--precision", choices=["fp32", "bf16"], help="override the config's precision")
     t.add_argument(
-        "--fast",
-        action="store_true",
-        default=None,
+        "--fast", action="store_true", default=None,
         help="the fastest setting: bf16 autocast and the paper's dropout placement "
         "(no dropout on attention weights or FFN activations); see the performance appendix",
     )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    e = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a split")
+    e = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a split", parents=[common])
     e.add_argument("--checkpoint", required=True, help="a checkpoint directory")
     e.add_argument("--split", default="test", choices=["train", "val", "test"])
-    e.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
+    e.add_argument("--beam", type=_positive_int,
+                   help="beam size (1 = greedy; default: the checkpoint config's beam_size)")
     e.add_argument("--data-dir")
-    e.add_argument("--limit", type=int, help="only the first n sentences")
+    e.add_argument("--limit", type=_positive_int, help="only the first n sentences")
     e.add_argument("--output", help="write the JSON result (with hypotheses) here")
 
-    r = sub.add_parser("translate", help="translate stdin lines to stdout")
+    r = sub.add_parser("translate", help="translate stdin lines to stdout", parents=[common])
     r.add_argument("--checkpoint", required=True)
-    r.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
+    r.add_argument("--beam", type=_positive_int,
+                   help="beam size (1 = greedy; default: the checkpoint config's beam_size)")
+    r.add_argument("--max-input-len", type=_positive_int, default=256,
+                   help="refuse lines of more subwords (default 256)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run a command; return the exit status (0 ok, 1 runtime error, 2 usage error)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except _UsageError as e:
+        return _fail(f"{e} (see --help)", 2, debug=False)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130, debug=getattr(args, "debug", False))
+    except Exception as e:  # noqa: BLE001 - every failure becomes one line (or --debug)
+        return _fail(_describe(e), 1, debug=getattr(args, "debug", False))
+
+
+def _describe(e: BaseException) -> str:
+    # The exceptions a user can cause carry a message written for them; anything else is a
+    # bug, named by its type so that it can be reported.
+    user = (ValueError, OSError, RuntimeError, FloatingPointError, ImportError)
+    text = str(e) if isinstance(e, user) and str(e) else f"{type(e).__name__}: {e}"
+    if not isinstance(e, user):
+        text += " (an internal error: please report it with the output of --debug)"
+    return " ".join(text.split())  # one line
+
+
+def _fail(message: str, status: int, *, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    else:
+        print(f"error: {message}", file=sys.stderr)
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
     from transformer_lib import trainer
 
     if args.command == "train":
         cfg = trainer.load_config(
-            args.config,
-            data_dir=args.data_dir,
-            epochs=args.epochs,
-            precision=args.precision,
+            args.config, data_dir=args.data_dir, epochs=args.epochs, precision=args.precision,
             fast=args.fast,
         )
         result = trainer.train(cfg, args.run, resume=args.resume, progress=not args.no_progress)
@@ -87,9 +145,41 @@ def main(argv: list[str] | None = None) -> int:
         print(result["score_line"])
         print(result["signature"])
         return 0
-    if args.command == "translate":
-        lines = [line.rstrip("\n") for line in sys.stdin]
-        for out in trainer.translate(args.checkpoint, lines, beam_size=args.beam):
-            print(out)
-        return 0
-    return 2
+    return _translate(args)
+
+
+def _translate(args: argparse.Namespace) -> int:
+    """stdin to stdout, one output line per input line; a bad line gets an empty output line
+    and an error on stderr (exit status 1), and the other lines are still translated."""
+    from transformer_lib import trainer
+    from transformer_lib.data import encode_text
+
+    model, tok, cfg = trainer.load_model(args.checkpoint)
+    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line
+    limit = trainer.source_length_limit(model, args.max_input_len)
+    sentences: dict[int, str] = {}
+    errors: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            text = line.rstrip(b"\r").decode("utf-8")
+        except UnicodeDecodeError as e:
+            errors.append(f"line {number}: not valid UTF-8 (byte 0x{line[e.start]:02x} at "
+                          f"position {e.start})")
+            continue
+        n = len(encode_text(tok, text, add_special=False))
+        if limit is not None and n > limit:
+            errors.append(f"line {number}: {n} subwords, more than --max-input-len {limit}")
+            continue
+        sentences[number] = text
+    beam = cfg.beam_size if args.beam is None else args.beam
+    done = trainer.translate_sentences(model, tok, list(sentences.values()), beam_size=beam,
+                                       max_input_len=None, **cfg.decode_kwargs())
+    translated = dict(zip(sentences, done))
+    for number in range(1, len(lines) + 1):
+        print(translated.get(number, ""))
+    for message in errors:
+        print(f"error: {message}", file=sys.stderr)
+    return 1 if errors else 0

@@ -22,12 +22,16 @@ import http.client
 import os
 import random
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from transformer_lib._fileio import fsync_dir, sha256_file
 
 __all__ = [
     "PAD",
@@ -41,8 +45,8 @@ __all__ = [
     "train_tokenizer",
     "save_tokenizer",
     "load_tokenizer",
-    "encode",
-    "decode",
+    "encode_text",
+    "decode_ids",
     "pieces",
     "id_pieces",
     "encode_pairs",
@@ -113,14 +117,7 @@ def _sha256(path: Path, data: bytes | None = None) -> str:
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _digest_cache:
-        if data is None:
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            digest = h.hexdigest()
-        else:
-            digest = hashlib.sha256(data).hexdigest()
+        digest = sha256_file(path) if data is None else hashlib.sha256(data).hexdigest()
         _digest_cache[key] = digest
     return _digest_cache[key]
 
@@ -186,22 +183,11 @@ def load_multi30k(
     return pairs if limit is None else pairs[:limit]
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a rename inside `path` durable (a no-op where directories cannot be opened)."""
-    if not hasattr(os, "O_DIRECTORY"):
-        return
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def download(
     dest: str | Path | None = None,
     base_url: str = UPSTREAM,
     files: Iterable[str] | None = None,
-    timeout: float = 60,
+    timeout: float = 600,
 ) -> Path:
     """Fetch the Multi30k files into `dest`, verifying each before it appears there.
 
@@ -214,11 +200,15 @@ def download(
         dest: target folder (created); default ``default_data_dir()``.
         base_url: ``<base_url>/<file>`` is fetched; default the upstream GitHub folder.
         files: which of the six file names to fetch; default all.
-        timeout: seconds for each connection.
+        timeout: seconds for the whole call (all files), however slowly the server answers.
 
-    Returns the folder. Raises ``ValueError`` on a checksum mismatch and ``OSError`` (naming the
-    URL) when the server cannot be reached or answers with an HTTP error.
+    Returns the folder. Raises ``ValueError`` on a checksum mismatch, ``TimeoutError`` when the
+    deadline passes and ``OSError`` (naming the URL) when the server cannot be reached or
+    answers with an HTTP error.
     """
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    deadline = time.monotonic() + timeout
     folder = Path(dest) if dest is not None else default_data_dir()
     names = list(SHA256) if files is None else list(files)
     unknown = [n for n in names if n not in SHA256]
@@ -229,11 +219,31 @@ def download(
         target = folder / name
         if target.is_file() and _sha256(target) == SHA256[name]:
             continue
-        _fetch(f"{base_url.rstrip('/')}/{name}", target, SHA256[name], timeout)
+        url = f"{base_url.rstrip('/')}/{name}"
+        _fetch(url, target, SHA256[name], _Deadline(deadline, url, timeout))
     return folder
 
 
-def _fetch(url: str, target: Path, expected: str, timeout: float) -> None:
+class _Deadline:
+    """Seconds left until the download's deadline, or a TimeoutError naming the URL."""
+
+    def __init__(self, at: float, url: str, timeout: float) -> None:
+        self.at, self.url, self.timeout = at, url, timeout
+
+    def left(self) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise self.error()
+        return left
+
+    def error(self) -> TimeoutError:
+        return TimeoutError(
+            f"downloading {self.url} did not finish within timeout={self.timeout:g} s; "
+            "nothing was written"
+        )
+
+
+def _fetch(url: str, target: Path, expected: str, deadline: _Deadline) -> None:
     request = urllib.request.Request(url, headers={"User-Agent": "transformer_lib"})
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     tmp = Path(tmp_name)
@@ -241,13 +251,16 @@ def _fetch(url: str, target: Path, expected: str, timeout: float) -> None:
         h = hashlib.sha256()
         with os.fdopen(fd, "wb") as out:
             try:
-                with urllib.request.urlopen(request, timeout=timeout) as response:
-                    for chunk in iter(lambda: response.read(1 << 16), b""):
-                        h.update(chunk)
-                        out.write(chunk)
+                _stream(request, deadline, h, out)
             except urllib.error.HTTPError as e:
                 raise OSError(f"downloading {url} failed: HTTP {e.code} {e.reason}") from e
-            except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
+            except TimeoutError as e:
+                raise deadline.error() from e
+            except urllib.error.URLError as e:
+                if isinstance(e.reason, TimeoutError):
+                    raise deadline.error() from e
+                raise OSError(f"downloading {url} failed: {e}") from e
+            except (http.client.HTTPException, OSError) as e:
                 raise OSError(f"downloading {url} failed: {e}") from e
             if h.hexdigest() != expected:
                 raise ValueError(
@@ -257,9 +270,31 @@ def _fetch(url: str, target: Path, expected: str, timeout: float) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     finally:
         tmp.unlink(missing_ok=True)  # gone already after a successful os.replace
+
+
+def _stream(request: urllib.request.Request, deadline: _Deadline, h: Any, out: Any) -> None:
+    """Copy the response body to `out`, hashing it, within the deadline.
+
+    A socket timeout alone bounds each read, not the download: a server sending one byte a
+    second never trips it. So every read is a single ``read1`` (one receive, not "fill the
+    buffer"), the socket's timeout is cut to the time left before each, and the deadline is
+    checked after each.
+    """
+    with urllib.request.urlopen(request, timeout=deadline.left()) as response:
+        sock = getattr(getattr(response.fp, "raw", None), "_sock", None)  # CPython's SocketIO
+        while True:
+            left = deadline.left()
+            if sock is not None:
+                sock.settimeout(left)
+            chunk = response.read1(1 << 16)
+            if not chunk:
+                break
+            h.update(chunk)
+            out.write(chunk)
+    deadline.left()
 
 
 # ---------------------------------------------------------------------------------- tokenizer
@@ -277,7 +312,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, min_frequency:
     the precomposed "ä") and a space prepended to the sentence, so a word is the same token at
     the start of a sentence as in its middle; GPT-2's byte-level pre-tokenizer, so every string
     is representable and ``<unk>`` never occurs; the decoder undoes both. Hence
-    ``decode(tok, encode(tok, t)) == unicodedata.normalize("NFC", t)`` for any text ``t`` —
+    ``decode_ids(tok, encode_text(tok, t)) == unicodedata.normalize("NFC", t)`` for any text ``t`` —
     exactly ``t`` for Multi30k, which is NFC already.
 
     BPE training has no randomness: the same texts and settings give the same vocabulary.
@@ -351,7 +386,7 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
-def encode(tok, text: str, add_special: bool = True) -> list[int]:
+def encode_text(tok, text: str, add_special: bool = True) -> list[int]:
     """Subword ids of `text`; with `add_special`, followed by ``EOS`` (the encoder's input form).
 
     The encoder input in training is ``ids + [EOS]`` (see ``collate``), so this is what to feed
@@ -361,11 +396,17 @@ def encode(tok, text: str, add_special: bool = True) -> list[int]:
     return ids + [EOS] if add_special else ids
 
 
-def decode(tok, ids: Sequence[int] | torch.Tensor) -> str:
+def decode_ids(tok, ids: Sequence[int] | torch.Tensor) -> str:
     """Text of subword ids, dropping special tokens (padding, ``<s>``, ``</s>``)."""
     if isinstance(ids, torch.Tensor):
         ids = ids.tolist()
     return tok.decode(list(ids), skip_special_tokens=True)
+
+
+# The names before issue 14 (`transformer_lib.decode` read like the model's decoder). Not
+# exported; kept until chapter 8 and tools/multi30k_report.py use the new names.
+encode = encode_text
+decode = decode_ids
 
 
 def pieces(tok, text: str) -> list[str]:
@@ -389,24 +430,34 @@ def id_pieces(tok, ids: Sequence[int]) -> list[str]:
 
 
 def encode_pairs(
-    pairs: Sequence[tuple[str, str]], tok, max_len: int | None = None
+    pairs: Sequence[tuple[str, str]],
+    tok,
+    drop_longer_than: int | None = None,
+    *,
+    max_len: int | None = None,
 ) -> list[tuple[list[int], list[int]]]:
     """Tokenize sentence pairs into examples ``(source ids, target ids)`` without special tokens.
 
     Args:
         pairs: ``(source, target)`` sentences, e.g. from ``load_multi30k``.
         tok: the tokenizer.
-        max_len: if given, pairs with more than `max_len` subwords on either side are DROPPED
-            (for training; truncating would teach the model to stop mid-sentence), so the
-            result no longer lines up with `pairs`. Leave it ``None`` for evaluation.
+        drop_longer_than: if given, pairs with more subwords than this on either side are
+            DROPPED (for training; truncating would teach the model to stop mid-sentence), so
+            the result no longer lines up with `pairs`. Leave it ``None`` for evaluation.
+        max_len: the old name of `drop_longer_than` (kept for existing callers).
     """
-    if max_len is not None and max_len < 1:
-        raise ValueError(f"max_len must be None or >= 1, got {max_len}")
+    if max_len is not None:
+        if drop_longer_than is not None:
+            raise ValueError("give drop_longer_than or its old name max_len, not both")
+        drop_longer_than = max_len
+    limit = drop_longer_than
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"drop_longer_than must be None or an integer >= 1, got {limit!r}")
     src = tok.encode_batch([s for s, _ in pairs], add_special_tokens=False)
     tgt = tok.encode_batch([t for _, t in pairs], add_special_tokens=False)
     examples = [(s.ids, t.ids) for s, t in zip(src, tgt)]
-    if max_len is not None:
-        examples = [(s, t) for s, t in examples if len(s) <= max_len and len(t) <= max_len]
+    if limit is not None:
+        examples = [(s, t) for s, t in examples if len(s) <= limit and len(t) <= limit]
     return examples
 
 
@@ -452,7 +503,7 @@ def make_batches(
         raise ValueError(
             f"max_tokens={max_tokens} is smaller than example {i}, which needs {lengths[i]} "
             f"tokens ({len(too_long)} examples do not fit); raise max_tokens or filter with "
-            "encode_pairs(max_len=...)"
+            "encode_pairs(drop_longer_than=...)"
         )
     rng = random.Random(seed)
     order = list(range(len(examples)))

@@ -1,10 +1,12 @@
 """Train, evaluate and use a translation model on Multi30k (`python -m transformer_lib`).
 
 Hand-written (chapter 8 uses it; the pieces it assembles — the model, `Batch`, `LabelSmoothing`,
-`rate`, `greedy_decode`, `beam_search` — are the chapters' own). What it adds is what a real
-training run needs: a config file, length-bucketed batches, bf16 autocast, gradient accumulation,
-`DistributedDataParallel`, per-epoch validation loss and BLEU, atomic checkpoints that resume
-mid-epoch exactly, and checkpoint averaging.
+`rate`, `train_step`, `greedy_decode`, `beam_search` — are the chapters' own). What it adds is
+what a real training run needs: a checked config file, length-bucketed batches, gradient
+accumulation, `DistributedDataParallel`, per-epoch validation loss and BLEU, atomic checkpoints
+that resume mid-epoch exactly, checkpoint averaging, and the guards a long unattended run needs:
+one run per directory (a lock), no silent change of settings on resume, and a stop with a clear
+error, keeping the last good checkpoint, when the loss diverges.
 
 The global batch of one optimizer step is ``accum * world_size`` micro-batches; each process takes
 every ``world_size``-th one. The loss is normalised by the token count of the *global* batch, so
@@ -19,6 +21,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,21 +32,25 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from transformer_lib._fileio import FileLock
 from transformer_lib.checkpoint import (
     average_checkpoints,
     capture_rng_state,
     load_checkpoint,
+    recover_checkpoint,
     restore_rng_state,
     save_checkpoint,
 )
 from transformer_lib.data import (
     BOS,
     EOS,
+    LANGS,
     PAD,
+    SPECIAL_TOKENS,
     collate,
-    decode,
-    encode,
+    decode_ids,
     encode_pairs,
+    encode_text,
     id_pieces,
     load_multi30k,
     load_tokenizer,
@@ -55,11 +62,14 @@ from transformer_lib.decoding import beam_search, greedy_decode
 from transformer_lib.masks import subsequent_mask
 from transformer_lib.model import make_model
 from transformer_lib.multihead import MultiHeadedAttention
-from transformer_lib.training import Batch, LabelSmoothing, rate
+from transformer_lib.positional import LearnedPositionalEmbedding
+from transformer_lib.training import Batch, LabelSmoothing, rate, train_step
 
 __all__ = [
     "Config",
+    "RESUMABLE_CHANGES",
     "load_config",
+    "parameter_count",
     "train",
     "evaluate",
     "translate",
@@ -67,13 +77,28 @@ __all__ = [
     "bleu",
     "bleu_signature",
     "translate_sentences",
+    "source_length_limit",
+    "validation_loss",
     "attention_maps",
 ]
+
+# Keys that may differ when a run is resumed: how long to train, where the data is, how often
+# to save and validate, how to decode. Everything else defines the run (the model, the data it
+# sees, the optimisation and its numerics) and must stay as it was.
+RESUMABLE_CHANGES = frozenset({
+    "epochs", "time_limit_min", "data_dir", "save_every", "keep_last", "average_last",
+    "bleu_every", "beam_size", "length_penalty", "max_len_a", "max_len_b",
+})
+MAX_PARAMS = 10**9  # load_model refuses configs describing more parameters unless told otherwise
 
 
 @dataclasses.dataclass
 class Config:
-    """Everything that defines a run; a TOML file sets any subset of these fields."""
+    """Everything that defines a run; a TOML file sets any subset of these fields.
+
+    Every field is checked (type and range) when a Config is made, so a bad value fails before
+    any work starts, with a message naming the key.
+    """
 
     # data
     data_dir: str | None = None  # None: transformer_lib.data.default_data_dir()
@@ -83,7 +108,7 @@ class Config:
     val_limit: int | None = None
     vocab_size: int = 8000  # joint BPE over both languages
     max_tokens: int = 2500  # batch size x padded length (larger side) of one micro-batch
-    max_len: int = 100  # training pairs longer than this (subwords, either side) are dropped
+    drop_longer_than: int = 100  # training pairs with more subwords (either side) are dropped
     # model (the paper's names)
     N: int = 3
     d_model: int = 256
@@ -95,6 +120,7 @@ class Config:
     norm_first: bool = True
     share_embeddings: bool = True
     positional: str = "sinusoidal"
+    max_positions: int = 5000  # rows of the position table (a hard limit when "learned")
     # optimisation
     epochs: int = 20
     accum: int = 1  # micro-batches per optimizer step and process
@@ -106,38 +132,121 @@ class Config:
     label_smoothing: float = 0.1
     clip_norm: float | None = 1.0
     precision: str = "fp32"  # "fp32" or "bf16" (autocast; weights and optimizer stay fp32)
-    # The fastest setting, measured in bench/train_throughput.py and the performance appendix:
-    # precision "bf16" and the paper's dropout placement (attn_dropout = ffn_dropout = 0:
-    # residual and embedding dropout only), which lets attention use the fused kernel.
+    # The fastest setting, measured in the performance appendix: precision "bf16" and the
+    # paper's dropout placement (attn_dropout = ffn_dropout = 0: residual and embedding dropout
+    # only), which lets attention use the fused kernel. True sets those three fields.
     fast: bool = False
     seed: int = 1
     # checkpoints and evaluation
     save_every: int = 200  # optimizer steps between resumable checkpoints
     keep_last: int = 5  # per-epoch weight snapshots kept for averaging
-    average_last: int = 5  # average the last k epoch snapshots at the end (0: off)
-    bleu_every: int = 1  # validation BLEU every k epochs (greedy)
-    beam_size: int = 4
-    length_penalty: float = 0.6
-    max_len_a: float = 1.5  # decode at most a * src_len + b tokens
+    average_last: int = 5  # average the last k epoch snapshots at the end (0 or 1: off)
+    bleu_every: int = 1  # validation BLEU every k epochs (greedy; 0: never)
+    beam_size: int = 4  # evaluate and translate: beam width (1 = greedy)
+    length_penalty: float = 0.6  # beam search's GNMT length penalty alpha
+    max_len_a: float = 1.5  # decode at most a * source length + b tokens
     max_len_b: int = 10
     time_limit_min: float | None = None  # stop training after this many minutes
 
+    def __post_init__(self) -> None:
+        if isinstance(self.adam_betas, list):
+            self.adam_betas = tuple(self.adam_betas)
+        _validate(self)
+        if self.fast:
+            self.precision, self.attn_dropout, self.ffn_dropout = "bf16", 0.0, 0.0
+
     def model_kwargs(self, vocab: int) -> dict[str, Any]:
+        """Arguments of ``make_model`` for a joint vocabulary of `vocab` subwords."""
         return dict(
-            src_vocab=vocab,
-            tgt_vocab=vocab,
-            N=self.N,
-            d_model=self.d_model,
-            d_ff=self.d_ff,
-            h=self.h,
-            dropout=self.dropout,
-            attn_dropout=self.attn_dropout,
-            ffn_dropout=self.ffn_dropout,
-            norm_first=self.norm_first,
-            share_embeddings=self.share_embeddings,
-            positional=self.positional,
-            pad_idx=PAD,
+            src_vocab=vocab, tgt_vocab=vocab, N=self.N, d_model=self.d_model, d_ff=self.d_ff,
+            h=self.h, dropout=self.dropout, attn_dropout=self.attn_dropout,
+            ffn_dropout=self.ffn_dropout, norm_first=self.norm_first,
+            share_embeddings=self.share_embeddings, positional=self.positional,
+            max_len=self.max_positions, pad_idx=PAD,
         )
+
+    def decode_kwargs(self) -> dict[str, Any]:
+        """The settings of ``translate_sentences`` this config holds (beam width aside)."""
+        return dict(length_penalty=self.length_penalty, max_len_a=self.max_len_a,
+                    max_len_b=self.max_len_b, precision=self.precision)
+
+
+def _is_int(v: Any, lo: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _int(lo: int, optional: bool = False) -> tuple[Callable[[Any], bool], str]:
+    text = f"an integer >= {lo}"
+    return (lambda v: (optional and v is None) or _is_int(v, lo),
+            f"None or {text}" if optional else text)
+
+
+def _num(test: Callable[[float], bool], text: str, optional: bool = False):
+    return (lambda v: (optional and v is None) or (_is_num(v) and test(v)),
+            f"None or {text}" if optional else text)
+
+
+def _choice(*options: str) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v in options), f"one of {list(options)}"
+
+
+_PROB = _num(lambda v: 0 <= v < 1, "a number in [0, 1)")
+_BOOL = ((lambda v: isinstance(v, bool)), "true or false")
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "data_dir": ((lambda v: v is None or isinstance(v, str)), "None or a folder path"),
+    "src_lang": _choice(*LANGS), "tgt_lang": _choice(*LANGS),
+    "train_limit": _int(1, optional=True), "val_limit": _int(1, optional=True),
+    "vocab_size": _int(len(SPECIAL_TOKENS) + 256), "max_tokens": _int(16),
+    "drop_longer_than": _int(1),
+    "N": _int(1), "d_model": _int(1), "d_ff": _int(1), "h": _int(1), "dropout": _PROB,
+    "attn_dropout": _num(lambda v: 0 <= v < 1, "a number in [0, 1)", optional=True),
+    "ffn_dropout": _num(lambda v: 0 <= v < 1, "a number in [0, 1)", optional=True),
+    "norm_first": _BOOL, "share_embeddings": _BOOL, "fast": _BOOL,
+    "positional": _choice("sinusoidal", "learned"), "max_positions": _int(1),
+    "epochs": _int(1), "accum": _int(1), "lr_factor": _num(lambda v: v > 0, "a number > 0"),
+    "warmup": _int(1),
+    "adam_betas": ((lambda v: isinstance(v, (tuple, list)) and len(v) == 2
+                    and all(_is_num(b) and 0 <= b < 1 for b in v)),
+                   "two numbers in [0, 1), e.g. [0.9, 0.98]"),
+    "adam_eps": _num(lambda v: v > 0, "a number > 0"),
+    "weight_decay": _num(lambda v: v >= 0, "a number >= 0"), "label_smoothing": _PROB,
+    "clip_norm": _num(lambda v: v > 0, "a number > 0", optional=True),
+    "precision": _choice("fp32", "bf16"), "seed": _int(0), "save_every": _int(1),
+    "keep_last": _int(1), "average_last": _int(0), "bleu_every": _int(0), "beam_size": _int(1),
+    "length_penalty": _num(lambda v: v >= 0, "a number >= 0"),
+    "max_len_a": _num(lambda v: v >= 0, "a number >= 0"), "max_len_b": _int(1),
+    "time_limit_min": _num(lambda v: v > 0, "a number > 0", optional=True),
+}
+
+
+def _validate(cfg: Config) -> None:
+    """Raise ValueError naming the first key whose value has the wrong type or range."""
+    for key, (ok, text) in _RULES.items():
+        value = getattr(cfg, key)
+        if not ok(value):
+            raise ValueError(f"config: {key} must be {text}, got {value!r}")
+    problems = [
+        (cfg.d_model % cfg.h != 0, f"h must divide d_model, got h = {cfg.h}, "
+                                   f"d_model = {cfg.d_model}"),
+        (cfg.positional == "sinusoidal" and cfg.d_model % 2 == 1,
+         f"d_model must be even for sinusoidal positions, got {cfg.d_model}"),
+        (cfg.src_lang == cfg.tgt_lang, f"src_lang and tgt_lang must differ, both are "
+                                       f"{cfg.src_lang!r}"),
+        (cfg.average_last > cfg.keep_last, f"average_last ({cfg.average_last}) cannot exceed "
+                                           f"keep_last ({cfg.keep_last}), the snapshots kept"),
+    ]
+    if cfg.fast:  # precision "fp32" may be the default here; load_config sees what was set
+        clash = {k: getattr(cfg, k) for k in ("attn_dropout", "ffn_dropout")
+                 if getattr(cfg, k) not in (None, 0)}
+        problems.append((bool(clash), f"fast = true means attn_dropout = ffn_dropout = 0, "
+                                      f"but {clash} is also set; drop one"))
+    for bad, message in problems:
+        if bad:
+            raise ValueError(f"config: {message}")
 
 
 def load_config(path: str | Path | None, **overrides: Any) -> Config:
@@ -145,49 +254,68 @@ def load_config(path: str | Path | None, **overrides: Any) -> Config:
 
     ``fast = true`` (CLI ``--fast``) is shorthand for ``precision = "bf16"``,
     ``attn_dropout = 0`` and ``ffn_dropout = 0``; it replaces those keys of the file when given
-    as an override, and a contradicting value set alongside it is an error.
+    as an override, and a contradicting value set alongside it is an error. Every value is
+    checked (see ``Config``); errors name the key.
     """
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-        for key, val in raw.items():
-            if isinstance(val, dict):  # [data], [model], [train] … tables are only grouping
-                values.update(val)
-            else:
-                values[key] = val
+    values: dict[str, Any] = _read_toml(Path(path)) if path is not None else {}
     over = {k: v for k, v in overrides.items() if v is not None}
+    fast_values = {"precision": "bf16", "attn_dropout": 0.0, "ffn_dropout": 0.0}
+    if over.get("fast"):  # the override replaces what the file says about these keys
+        values = {k: v for k, v in values.items() if k not in fast_values}
     values.update(over)
+    if values.get("fast"):
+        clash = {k: values[k] for k, want in fast_values.items()
+                 if values.get(k) is not None and values[k] != want}
+        if clash:
+            raise ValueError(f"config: fast = true means precision 'bf16' and attn_dropout = "
+                             f"ffn_dropout = 0, but {clash} is also set; drop one of them")
+    if "max_len" in values:
+        raise ValueError(
+            "config: max_len was renamed drop_longer_than (training pairs with more subwords "
+            "are dropped); the position table is max_positions, and translations are at most "
+            "max_len_a * source length + max_len_b tokens"
+        )
     fields = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ValueError(f"config: unknown key(s) {unknown}; expected some of {sorted(fields)}")
-    if "adam_betas" in values:
-        values["adam_betas"] = tuple(values["adam_betas"])
-    if values.get("fast"):
-        fast_values = {"precision": "bf16", "attn_dropout": 0.0, "ffn_dropout": 0.0}
-        same_place = over if over.get("fast") else values  # where `fast` was set, and after
-        clash = {
-            k: same_place[k]
-            for k, want in fast_values.items()
-            if same_place.get(k) is not None and same_place[k] != want
-        }
-        if clash:
-            raise ValueError(
-                f"config: fast = true means precision 'bf16' and attn_dropout = ffn_dropout = 0, "
-                f"but {clash} is also set; drop one of them"
-            )
-        values.update(fast_values)
-    cfg = Config(**values)
-    if cfg.precision not in ("fp32", "bf16"):
-        raise ValueError(f"config: precision must be 'fp32' or 'bf16', got {cfg.precision!r}")
-    if cfg.accum < 1 or cfg.epochs < 1 or cfg.max_tokens < 16:
-        raise ValueError("config: accum and epochs must be >= 1 and max_tokens >= 16")
-    return cfg
+    return Config(**values)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"config {path} is not valid TOML: {e}") from e
+    values: dict[str, Any] = {}
+    for key, val in raw.items():
+        if isinstance(val, dict):  # [data], [model], [train] … tables are only grouping
+            values.update(val)
+        else:
+            values[key] = val
+    return values
+
+
+def parameter_count(cfg: Config, vocab: int) -> int:
+    """Parameters of ``make_model(**cfg.model_kwargs(vocab))``, computed without building it.
+
+    Used to refuse a config that would allocate more memory than intended before any
+    allocation happens (a checkpoint's config.json is input like any other file).
+    """
+    d, f, n = cfg.d_model, cfg.d_ff, cfg.N
+    attention = 4 * (d * d + d)  # W^Q, W^K, W^V, W^O with biases
+    ffn = d * f + f + f * d + d
+    norm = 2 * d
+    encoder = n * (attention + ffn + 2 * norm) + norm
+    decoder = n * (2 * attention + ffn + 3 * norm) + norm
+    embeddings = vocab * d * (1 if cfg.share_embeddings else 3) + vocab  # + generator bias
+    positions = 2 * cfg.max_positions * d if cfg.positional == "learned" else 0
+    return encoder + decoder + embeddings + positions
 
 
 # --------------------------------------------------------------------------- distributed
@@ -216,33 +344,125 @@ def _default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def _autocast(cfg: Config, device: torch.device):
-    if cfg.precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+def _all_sum(x: float, device: torch.device) -> float:
+    if _dist_info()[1] == 1:
+        return float(x)
+    t = torch.tensor([float(x)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def _on_rank0_then_share(work: Callable[[], Any], rank: int, world: int) -> Any:
+    """Run `work` on rank 0; every rank raises if it failed (so none waits at a barrier)."""
+    result, error = None, None
+    if rank == 0:
+        try:
+            result = work()
+        except Exception as e:  # noqa: BLE001 - re-raised below, on every rank
+            error = e
+    if world > 1:
+        box = [None if error is None else f"{type(error).__name__}: {error}"]
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is not None and error is None:
+            raise RuntimeError(f"rank 0 could not start the run: {box[0]}")
+    if error is not None:
+        raise error
+    return result
+
+
+def _autocast(precision: str, device_type: str):
+    """bfloat16 autocast for precision "bf16" (weights stay fp32), else nothing."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+# --------------------------------------------------------------------------- starting a run
+
+
+def _check_run_dir(cfg: Config, run_dir: Path, resume: bool) -> None:
+    """Refuse what would silently mix two runs in one directory (before anything is written)."""
+    last = run_dir / "last"
+    if resume and not run_dir.is_dir():
+        raise FileNotFoundError(
+            f"run directory {run_dir} does not exist, so there is nothing to resume; "
+            "start a new run without resume (--resume)"
+        )
+    has_checkpoint = recover_checkpoint(last)
+    if not resume and (has_checkpoint or (run_dir / "history.json").exists()):
+        raise FileExistsError(
+            f"{run_dir} already holds a run; continue it with resume (--resume), "
+            "or choose another run directory"
+        )
+    if resume and has_checkpoint:
+        saved = load_checkpoint(last, None)["config"]
+        _check_same_config(cfg, saved, last)
+
+
+def _check_same_config(cfg: Config, saved: dict[str, Any], where: Path) -> None:
+    if "max_len" in saved:  # written before drop_longer_than had its own name
+        saved = {**saved, "drop_longer_than": saved["max_len"]}
+    now = dataclasses.asdict(cfg)
+    differ = [
+        f"{k}: {saved.get(k)!r} in the run, {now[k]!r} now"
+        for k in now
+        if k not in RESUMABLE_CHANGES and _jsonable(saved.get(k)) != _jsonable(now[k])
+    ]
+    if differ:
+        raise ValueError(
+            f"cannot resume {where} with a different config ({'; '.join(differ)}); only "
+            f"{sorted(RESUMABLE_CHANGES)} may change on resume: restore the other values, or "
+            "start a new run in another directory"
+        )
+
+
+def _jsonable(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _start_run(cfg: Config, run_dir: Path, resume: bool, rank: int, world: int) -> FileLock | None:
+    """Rank 0 takes the run directory's lock and checks it; then config.json is written."""
+
+    def start() -> FileLock:
+        if resume and not run_dir.is_dir():
+            _check_run_dir(cfg, run_dir, resume)  # raises: do not create what we refuse
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(run_dir / ".lock", what=f"run directory {run_dir}").acquire()
+        try:
+            _check_run_dir(cfg, run_dir, resume)
+            (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+
+    return _on_rank0_then_share(start, rank, world)
 
 
 # --------------------------------------------------------------------------- data
 
 
-def _prepare_data(cfg: Config, run_dir: Path, tokenizer_path: Path | None = None):
-    train_pairs = load_multi30k("train", cfg.data_dir, cfg.src_lang, cfg.tgt_lang)
-    val_pairs = load_multi30k("val", cfg.data_dir, cfg.src_lang, cfg.tgt_lang)
-    if cfg.train_limit:
-        train_pairs = train_pairs[: cfg.train_limit]
-    if cfg.val_limit:
-        val_pairs = val_pairs[: cfg.val_limit]
-    tok_file = tokenizer_path or run_dir / "tokenizer.json"
-    if tok_file.exists():
-        tok = load_tokenizer(tok_file)
+def _prepare_data(cfg: Config, run_dir: Path, tokenizer_file: Path | None, rank: int, world: int):
+    """(tokenizer, training examples, validation examples, validation pairs).
+
+    A resumed run reads the tokenizer of its checkpoint (`tokenizer_file`, verified); a new
+    run trains one (deterministic) and rank 0 saves it into the run directory.
+    """
+    train_pairs = load_multi30k("train", cfg.data_dir, cfg.src_lang, cfg.tgt_lang,
+                                limit=cfg.train_limit)
+    val_pairs = load_multi30k("val", cfg.data_dir, cfg.src_lang, cfg.tgt_lang,
+                              limit=cfg.val_limit)
+    if tokenizer_file is not None:
+        tok = load_tokenizer(tokenizer_file)
     else:
-        texts = [s for pair in train_pairs for s in pair]
-        tok = train_tokenizer(texts, vocab_size=cfg.vocab_size)
-        rank, _ = _dist_info()
+        tok = train_tokenizer([s for pair in train_pairs for s in pair], vocab_size=cfg.vocab_size)
         if rank == 0:
-            save_tokenizer(tok, tok_file)
-    # Training drops the few pairs longer than max_len subwords; validation keeps every pair.
-    train = encode_pairs(train_pairs, tok, max_len=cfg.max_len)
+            save_tokenizer(tok, run_dir / "tokenizer.json")
+        if world > 1:
+            dist.barrier()
+            tok = load_tokenizer(run_dir / "tokenizer.json")  # every rank uses rank 0's file
+    # Training drops the few pairs longer than drop_longer_than subwords; validation keeps all.
+    train = encode_pairs(train_pairs, tok, cfg.drop_longer_than)
     return tok, train, encode_pairs(val_pairs, tok), val_pairs
 
 
@@ -258,6 +478,8 @@ def _epoch_steps(cfg: Config, train: Sequence, epoch: int, world: int) -> list[l
 
 @dataclasses.dataclass
 class _State:
+    """The resumable position of a run (saved in every checkpoint's train_state)."""
+
     epoch: int = 0  # epochs completed
     step_in_epoch: int = 0  # optimizer steps done in the current epoch
     step: int = 0  # optimizer steps in total
@@ -265,6 +487,34 @@ class _State:
     train_seconds: float = 0.0
     best_bleu: float = -1.0
     history: list = dataclasses.field(default_factory=list)
+    # The current epoch's summed training loss and target tokens over all processes, so a
+    # resumed epoch reports the loss of the whole epoch, not of the steps after the resume.
+    epoch_loss: float = 0.0
+    epoch_tokens: int = 0
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the steps of one training run share (so helpers take one argument, not ten)."""
+
+    cfg: Config
+    run_dir: Path
+    device: torch.device
+    rank: int
+    world: int
+    model: nn.Module
+    forward: nn.Module  # the model, or its DistributedDataParallel wrapper
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    criterion: nn.Module
+    tok: Any
+    train_data: list
+    val_data: list
+    val_pairs: list
+    state: _State
+    saved_step: int | None = None  # step of the newest `last` checkpoint
+    loss_sum: float = 0.0  # this process's share of the epoch's loss (see _State.epoch_loss)
+    tok_sum: int = 0
 
 
 def train(
@@ -281,24 +531,47 @@ def train(
     Returns the history (per-epoch train loss, validation loss and BLEU; when the time limit
     stopped training inside an epoch, a last record with ``epoch_fraction``). `on_step(step)` is
     called after every optimizer step (tests use it to simulate an interruption).
-    """
-    from tqdm import tqdm
 
+    Raises before writing anything: ``LockHeld`` if another process trains in `run_dir`;
+    ``FileExistsError`` if `run_dir` holds a run and not `resume`; ``FileNotFoundError`` if
+    `resume` and `run_dir` does not exist; ``ValueError`` if `resume` and the config differs
+    from the run's in a key outside ``RESUMABLE_CHANGES``. Raises ``FloatingPointError`` if
+    the loss stops being finite: nothing after the last good checkpoint is saved.
+    """
+    _validate(cfg)  # again: the fields of a dataclass can be assigned after it was made
     run_dir = Path(run_dir)
     device = device or _default_device()
     started_dist = _maybe_init_distributed(device)
     rank, world = _dist_info()
-    if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
-    if world > 1:
+    lock = _start_run(cfg, run_dir, resume, rank, world)
+    try:
+        run = _setup(cfg, run_dir, resume, device, rank, world)
+        partial = _train_epochs(run, progress, on_step)
+        if rank == 0 and cfg.average_last > 1:
+            snaps = sorted(run_dir.glob("epoch_*"))[-cfg.average_last :]
+            if len(snaps) > 1:
+                run.model.load_state_dict(average_checkpoints(snaps), strict=False)
+                _save(run, run_dir / "averaged", resumable=False)
+    finally:
+        if lock is not None:
+            lock.release()
+    if started_dist:
         dist.barrier()
+        dist.destroy_process_group()
+    history = run.state.history + ([partial] if partial else [])
+    return {"history": history, "steps": run.state.step, "minutes": run.state.train_seconds / 60}
+
+
+def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank: int,
+           world: int) -> _Run:
+    """Data, model, optimizer and schedule; with `resume`, their state from RUN/last."""
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    tok, train_data, val_data, val_pairs = _prepare_data(cfg, run_dir)
-    if world > 1:
-        dist.barrier()
-        tok = load_tokenizer(run_dir / "tokenizer.json")  # every rank uses rank 0's file
+    last = run_dir / "last"
+    info = load_checkpoint(last, None) if resume and last.is_dir() else None
+    tok, train_data, val_data, val_pairs = _prepare_data(
+        cfg, run_dir, info["tokenizer"] if info else None, rank, world
+    )
     vocab = tok.get_vocab_size()
     model = make_model(**cfg.model_kwargs(vocab)).to(device)
     # fused: one kernel updates every parameter (PyTorch's foreach Adam makes several passes)
@@ -309,181 +582,297 @@ def train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: rate(s, cfg.d_model, cfg.lr_factor, cfg.warmup)
     )
-    state = _State()
-    last = run_dir / "last"
-    if resume and (last / "config.json").exists():
+    state, saved_step = _State(), None
+    if info is not None:
         info = load_checkpoint(last, model, optimizer, scheduler, map_location=device)
         state = _State(**info["train_state"])
+        saved_step = state.step
         # Every process continues from its own random state (dropout masks, shuffling).
         saved = info["extra"]["rng"]
         restore_rng_state(saved[rank] if rank < len(saved) else saved[0])
-    ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    forward = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     criterion = LabelSmoothing(vocab, PAD, cfg.label_smoothing)
+    run = _Run(cfg, run_dir, device, rank, world, model, forward, optimizer, scheduler,
+               criterion, tok, train_data, val_data, val_pairs, state, saved_step)
+    if rank == 0:  # the epoch's loss so far counts once, on rank 0
+        run.loss_sum, run.tok_sum = state.epoch_loss, state.epoch_tokens
+    return run
+
+
+def _train_epochs(run: _Run, progress: bool, on_step: Callable[[int], None] | None):
+    """Train the remaining epochs; return the record of a time-limited partial epoch or None."""
+    cfg, state = run.cfg, run.state
     t0 = time.perf_counter() - state.train_seconds
-    partial_record: dict[str, Any] | None = None  # a time-limited epoch's record (see below)
     for epoch in range(state.epoch, cfg.epochs):
-        steps = _epoch_steps(cfg, train_data, epoch, world)
-        model.train()
-        bar = tqdm(
-            total=len(steps), initial=state.step_in_epoch, desc=f"epoch {epoch + 1}",
-            disable=not progress or rank != 0, file=sys.stderr, dynamic_ncols=True,
-        )
-        loss_sum, tok_sum, tick, tick_tokens = 0.0, 0, time.perf_counter(), 0
-        for micro in steps[state.step_in_epoch :]:
-            loss, ntok = _train_step(cfg, ddp, model, criterion, optimizer, train_data, micro,
-                                     device, rank, world)
-            scheduler.step()
-            state.step += 1
-            state.step_in_epoch += 1
-            state.tokens += ntok
-            loss_sum, tok_sum, tick_tokens = loss_sum + loss, tok_sum + ntok, tick_tokens + ntok
-            elapsed = time.perf_counter() - tick
-            bar.set_postfix(loss=f"{loss / max(ntok, 1):.3f}",
-                            lr=f"{scheduler.get_last_lr()[0]:.2e}",
-                            **{"tok/s": f"{tick_tokens / max(elapsed, 1e-9):.0f}"})
-            bar.update()
-            state.train_seconds = time.perf_counter() - t0
-            if state.step % cfg.save_every == 0:
-                _save(last, model, cfg, optimizer, scheduler, state, tok, rank, world)
-            if on_step is not None:
-                on_step(state.step)
-            if cfg.time_limit_min and state.train_seconds > 60 * cfg.time_limit_min:
-                break
-        bar.close()
+        steps = _epoch_steps(cfg, run.train_data, epoch, run.world)
+        run.model.train()
+        _train_steps(run, epoch, steps, t0, progress, on_step)
         out_of_time = bool(cfg.time_limit_min and state.train_seconds > 60 * cfg.time_limit_min)
         partial = out_of_time and state.step_in_epoch < len(steps)
-        if not partial:
-            state.epoch, state.step_in_epoch = epoch + 1, 0
-        # Validate, snapshot, keep the best by validation BLEU. When the time limit stops
-        # training inside an epoch, the partial epoch gets the same treatment (its record says
-        # how much of the epoch it saw), so its training counts in `best` and `averaged`; it is
-        # kept out of the resumable state, so `--resume` finishes the epoch and then replaces
-        # the partial record and snapshot with the full ones.
-        record = {"epoch": epoch + 1, "step": state.step, "tokens": state.tokens,
-                  "train_loss": _all_sum(loss_sum, device) / max(_all_sum(tok_sum, device), 1),
-                  "minutes": state.train_seconds / 60}
-        if partial:
-            record["epoch_fraction"] = round(state.step_in_epoch / len(steps), 4)
-            partial_record = record
-        if rank == 0:
-            record["val_loss"] = validation_loss(model, val_data, cfg, device)
-            if cfg.bleu_every and ((epoch + 1) % cfg.bleu_every == 0 or partial):
-                record["val_bleu"] = bleu(
-                    translate_pairs(model, tok, val_pairs, cfg, device, beam_size=1), val_pairs
-                ).score
-            if not partial:
-                state.history.append(record)
-            _save(run_dir / f"epoch_{epoch + 1:03d}", model, cfg, None, None, state, tok, 0, 1)
-            _prune_snapshots(run_dir, cfg.keep_last)
-            if record.get("val_bleu", -1.0) > state.best_bleu:
-                state.best_bleu = record["val_bleu"]
-                _save(run_dir / "best", model, cfg, None, None, state, tok, 0, 1)
-            history = state.history + ([record] if partial else [])
-            (run_dir / "history.json").write_text(json.dumps(history, indent=2))
-        _save(last, model, cfg, optimizer, scheduler, state, tok, rank, world)
+        record = _end_of_epoch(run, epoch, partial, len(steps))
         if out_of_time:
+            return record if partial else None
+    return None
+
+
+def _train_steps(run: _Run, epoch: int, steps: list, t0: float, progress: bool,
+                 on_step: Callable[[int], None] | None) -> None:
+    """The optimizer steps of one epoch from where the state says, until done or out of time."""
+    from tqdm import tqdm
+
+    cfg, state = run.cfg, run.state
+    bar = tqdm(
+        total=len(steps), initial=state.step_in_epoch, desc=f"epoch {epoch + 1}",
+        disable=not progress or run.rank != 0, file=sys.stderr, dynamic_ncols=True,
+    )
+    tick, tick_tokens = time.perf_counter(), 0
+    for micro in steps[state.step_in_epoch :]:
+        loss, ntok = _step(run, micro)
+        state.step += 1
+        state.step_in_epoch += 1
+        state.tokens += ntok
+        run.loss_sum, run.tok_sum, tick_tokens = run.loss_sum + loss, run.tok_sum + ntok, \
+            tick_tokens + ntok
+        elapsed = time.perf_counter() - tick
+        bar.set_postfix(loss=f"{loss / max(ntok, 1):.3f}",
+                        lr=f"{run.scheduler.get_last_lr()[0]:.2e}",
+                        **{"tok/s": f"{tick_tokens / max(elapsed, 1e-9):.0f}"})
+        bar.update()
+        state.train_seconds = time.perf_counter() - t0
+        if state.step % cfg.save_every == 0:
+            _save(run, run.run_dir / "last", resumable=True)
+        if on_step is not None:
+            on_step(state.step)
+        if cfg.time_limit_min and state.train_seconds > 60 * cfg.time_limit_min:
             break
-    if rank == 0 and cfg.average_last > 1:
-        snaps = sorted(run_dir.glob("epoch_*"))[-cfg.average_last :]
-        if len(snaps) > 1:
-            model.load_state_dict(average_checkpoints(snaps), strict=False)
-            _save(run_dir / "averaged", model, cfg, None, None, state, tok, 0, 1)
-    if started_dist:
-        dist.barrier()
-        dist.destroy_process_group()
-    history = state.history + ([partial_record] if partial_record else [])
-    return {"history": history, "steps": state.step, "minutes": state.train_seconds / 60}
+    bar.close()
 
 
-def _all_sum(x: float, device: torch.device) -> float:
-    if _dist_info()[1] == 1:
-        return float(x)
-    t = torch.tensor([float(x)], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t.item())
-
-
-def _loss_on_real_tokens(cfg, device, model, criterion, out, tgt_y):
-    """Summed loss of the generator's predictions at the non-padding target positions.
-
-    Padding positions add exactly 0 to the loss, so the generator (the largest matrix product
-    of a small model: d_model x vocab per token) and its log-softmax skip them; with the
-    random batches of bench/train_throughput.py that is a third of the positions. The loss is
-    computed in fp32 (under autocast the log-softmax already returns fp32).
-    """
-    keep = tgt_y != PAD  # (B, T)
-    with _autocast(cfg, device):
-        logp = model.generator(out[keep])  # (n_real, vocab)
-    return criterion(logp.float(), tgt_y[keep])
-
-
-def _train_step(cfg, ddp, model, criterion, optimizer, data, micro, device, rank, world):
+def _step(run: _Run, micro: list[list[int]]) -> tuple[float, int]:
     """One optimizer step over the global batch `micro` (this rank takes every world-th part)."""
-    mine = micro[rank::world]
-    batches = [Batch(*collate(data, idx, pad=PAD, device=device), pad=PAD) for idx in mine]
+    batches = [Batch(*collate(run.train_data, idx, pad=PAD, device=run.device), pad=PAD)
+               for idx in micro[run.rank :: run.world]]
     local_tokens = sum(b.ntokens for b in batches)
-    global_tokens = _all_sum(local_tokens, device)
-    loss_total = 0.0
-    for i, b in enumerate(batches):
-        # DDP averages gradients over processes; scaling by world undoes that, so the update is
-        # the sum of per-token losses over the global batch divided by its token count.
-        sync = i == len(batches) - 1 or world == 1
-        ctx = contextlib.nullcontext() if sync else ddp.no_sync()
-        with ctx:
-            with _autocast(cfg, device):
-                out = ddp(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (B, T, d_model)
-            loss = _loss_on_real_tokens(cfg, device, model, criterion, out, b.tgt_y)
-            (loss * world / global_tokens).backward()
-        loss_total += loss.item()
-    if cfg.clip_norm:
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss_total, local_tokens
-
-
-def _save(path, model, cfg, optimizer, scheduler, state, tok, rank, world) -> None:
-    """Atomic checkpoint by rank 0, with every rank's RNG state (so resuming is exact)."""
-    rng = [capture_rng_state()]
-    if world > 1:
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, rng[0])
-        rng = gathered
-    if rank == 0:
-        save_checkpoint(
-            path, model, dataclasses.asdict(cfg), optimizer=optimizer, scheduler=scheduler,
-            train_state=dataclasses.asdict(state), tokenizer=tok,
-            extra={"rng": rng},
+    # DDP averages gradients over processes; scaling by world undoes that, so the update is
+    # the sum of per-token losses over the global batch divided by its token count.
+    scale = run.world / _all_sum(local_tokens, run.device)
+    try:
+        return train_step(
+            run.model, batches, run.criterion, run.optimizer, precision=run.cfg.precision,
+            clip_norm=run.cfg.clip_norm, scheduler=run.scheduler, forward=run.forward,
+            loss_scale=scale,
         )
-    if world > 1:
-        dist.barrier()
+    except FloatingPointError as e:
+        raise _diverged(run, str(e)) from e
 
 
-def _prune_snapshots(run_dir: Path, keep: int) -> None:
-    import shutil
+def _diverged(run: _Run, why: str) -> FloatingPointError:
+    last = run.run_dir / "last"
+    kept = (f"the last good checkpoint is {last} (step {run.saved_step})"
+            if run.saved_step is not None else "no checkpoint was saved yet")
+    return FloatingPointError(
+        f"training diverged at step {run.state.step + 1} ({why}); nothing later was saved, "
+        f"{kept}; lower lr_factor, raise warmup or set clip_norm, then resume or start again"
+    )
 
-    for old in sorted(run_dir.glob("epoch_*"))[:-keep] if keep > 0 else []:
-        shutil.rmtree(old)
+
+def _end_of_epoch(run: _Run, epoch: int, partial: bool, n_steps: int) -> dict[str, Any]:
+    """Validate, snapshot, keep the best by validation BLEU; return the epoch's record.
+
+    When the time limit stops training inside an epoch, the partial epoch gets the same
+    treatment (its record says how much of the epoch it saw), so its training counts in
+    `best` and `averaged`; it is kept out of the resumable state, so resuming finishes the
+    epoch and then replaces the partial record and snapshot with the full ones.
+    """
+    cfg, state = run.cfg, run.state
+    loss_sum, tok_sum = _all_sum(run.loss_sum, run.device), _all_sum(run.tok_sum, run.device)
+    record = {"epoch": epoch + 1, "step": state.step, "tokens": state.tokens,
+              "train_loss": loss_sum / max(tok_sum, 1), "minutes": state.train_seconds / 60}
+    if not partial:
+        state.epoch, state.step_in_epoch = epoch + 1, 0
+        run.loss_sum, run.tok_sum = 0.0, 0
+    else:
+        record["epoch_fraction"] = round(state.step_in_epoch / n_steps, 4)
+    if run.rank == 0:
+        record["val_loss"] = validation_loss(
+            run.model, run.val_data, max_tokens=cfg.max_tokens,
+            label_smoothing=cfg.label_smoothing, precision=cfg.precision,
+        )
+        if cfg.bleu_every and ((epoch + 1) % cfg.bleu_every == 0 or partial):
+            hyps = translate_sentences(run.model, run.tok, [s for s, _ in run.val_pairs],
+                                       beam_size=1, max_input_len=None, **cfg.decode_kwargs())
+            record["val_bleu"] = bleu(hyps, run.val_pairs).score
+        if not partial:
+            state.history.append(record)
+        _save(run, run.run_dir / f"epoch_{epoch + 1:03d}", resumable=False)
+        for old in sorted(run.run_dir.glob("epoch_*"))[: -cfg.keep_last]:
+            shutil.rmtree(old)
+        if record.get("val_bleu", -1.0) > state.best_bleu:
+            state.best_bleu = record["val_bleu"]
+            _save(run, run.run_dir / "best", resumable=False)
+        history = state.history + ([record] if partial else [])
+        (run.run_dir / "history.json").write_text(json.dumps(history, indent=2))
+    _save(run, run.run_dir / "last", resumable=True)
+    return record
+
+
+def _save(run: _Run, path: Path, *, resumable: bool) -> None:
+    """Atomic checkpoint by rank 0 of finite weights.
+
+    `resumable` (RUN/last; every rank calls it): with the optimizer, the schedule, every
+    rank's RNG state and the epoch's loss so far, so resuming is exact. Otherwise (snapshots,
+    best, averaged; rank 0 alone): the weights, config, tokenizer and train state.
+    """
+    bad = [n for n, p in run.model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:  # e.g. an infinite gradient norm under clipping: the loss is still finite
+        raise _diverged(run, f"weights {bad[:3]} are not finite")
+    state = run.state
+    rng = [capture_rng_state()]
+    if resumable:
+        state = dataclasses.replace(state, epoch_loss=_all_sum(run.loss_sum, run.device),
+                                    epoch_tokens=int(_all_sum(run.tok_sum, run.device)))
+        if run.world > 1:
+            gathered: list[Any] = [None] * run.world
+            dist.all_gather_object(gathered, rng[0])
+            rng = gathered
+    if run.rank == 0:
+        save_checkpoint(
+            path, run.model, dataclasses.asdict(run.cfg),
+            optimizer=run.optimizer if resumable else None,
+            scheduler=run.scheduler if resumable else None,
+            train_state=dataclasses.asdict(state), tokenizer=run.tok, extra={"rng": rng},
+        )
+    if resumable:
+        run.saved_step = state.step
+        if run.world > 1:
+            dist.barrier()
 
 
 # --------------------------------------------------------------------------- evaluation
 
 
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 @torch.no_grad()
-def validation_loss(model: nn.Module, data: Sequence, cfg: Config, device: torch.device) -> float:
-    """Label-smoothed loss per target token on `data` (eval mode, no dropout)."""
+def validation_loss(
+    model: nn.Module,
+    examples: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    max_tokens: int,
+    label_smoothing: float,
+    precision: str = "fp32",
+) -> float:
+    """Label-smoothed loss per target token on `examples` (eval mode, no dropout).
+
+    Args:
+        model: an ``EncoderDecoder``; the batches go to its device.
+        examples: ``(source ids, target ids)`` pairs from ``encode_pairs``.
+        max_tokens: padded tokens per batch (``make_batches``).
+        label_smoothing: epsilon of ``LabelSmoothing`` (the training loss is the reference).
+        precision: "fp32" or "bf16" autocast.
+    """
     was_training = model.training
     model.eval()
-    criterion = LabelSmoothing(model.generator.proj.out_features, PAD, cfg.label_smoothing)
+    device = _device_of(model)
+    criterion = LabelSmoothing(model.generator.proj.out_features, PAD, label_smoothing)
     total, ntok = 0.0, 0
-    for idx in make_batches(data, cfg.max_tokens, shuffle=False, seed=0):
-        b = Batch(*collate(data, idx, pad=PAD, device=device), pad=PAD)
-        with _autocast(cfg, device):
+    for idx in make_batches(examples, max_tokens, shuffle=False, seed=0):
+        b = Batch(*collate(examples, idx, pad=PAD, device=device), pad=PAD)
+        with _autocast(precision, device.type):
             out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (B, T, d_model)
-        total += _loss_on_real_tokens(cfg, device, model, criterion, out, b.tgt_y).item()
+            real = b.tgt_y != PAD  # (B, T)
+            logp = model.generator(out[real])  # (n_real, vocab)
+        total += criterion(logp.float(), b.tgt_y[real]).item()
         ntok += b.ntokens
     model.train(was_training)
     return total / max(ntok, 1)
+
+
+def source_length_limit(model: nn.Module, max_input_len: int | None) -> int | None:
+    """Most subwords a source may have: `max_input_len`, and what a learned table holds."""
+    tables = [m.max_len for m in model.modules() if isinstance(m, LearnedPositionalEmbedding)]
+    limits = [max_input_len] if max_input_len is not None else []
+    limits += [t - 1 for t in tables]  # the source's end symbol takes a position too
+    return min(limits) if limits else None
+
+
+def _output_limit(model: nn.Module) -> int | None:
+    tables = [m.max_len for m in model.modules() if isinstance(m, LearnedPositionalEmbedding)]
+    return min(tables) if tables else None
+
+
+def _check_translate_args(beam_size: Any, batch_size: Any, max_input_len: Any) -> None:
+    for name, value, optional in (("beam_size", beam_size, False),
+                                  ("batch_size", batch_size, False),
+                                  ("max_input_len", max_input_len, True)):
+        if not ((optional and value is None) or _is_int(value, 1)):
+            raise ValueError(f"{name} must be {'None or ' if optional else ''}an integer >= 1, "
+                             f"got {value!r}")
+
+
+@torch.no_grad()
+def translate_sentences(
+    model: nn.Module,
+    tok: Any,
+    sentences: Sequence[str],
+    *,
+    beam_size: int = 1,
+    length_penalty: float = 0.6,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    precision: str = "fp32",
+    max_input_len: int | None = 256,
+    batch_size: int = 64,
+) -> list[str]:
+    """Translate untokenized sentences; greedy (KV cache) when beam_size == 1, else beam search.
+
+    Args:
+        model, tok: from ``load_model`` (the model's device is used).
+        sentences: untokenized source sentences.
+        beam_size: 1 for greedy decoding. length_penalty: beam search's alpha.
+        max_len_a, max_len_b: a translation has at most ``a * source length + b`` subwords
+            (and never more than a learned position table holds).
+        precision: "fp32" or "bf16" autocast.
+        max_input_len: refuse (``ValueError`` naming the sentence) a source of more subwords:
+            decoding time grows with the square of the length, and a model trained on short
+            sentences has nothing useful to say about one of thousands. None: no limit but a
+            learned position table's.
+        batch_size: sentences decoded together (divided by beam_size for beam search).
+    """
+    _check_translate_args(beam_size, batch_size, max_input_len)
+    encoded = [encode_text(tok, s) for s in sentences]  # ids + EOS
+    limit = source_length_limit(model, max_input_len)
+    for i, ids in enumerate(encoded):
+        if limit is not None and len(ids) - 1 > limit:
+            raise ValueError(f"sentences[{i}] has {len(ids) - 1} subwords, more than "
+                             f"max_input_len={limit}")
+    was_training = model.training
+    model.eval()
+    device, cap = _device_of(model), _output_limit(model)
+    out: list[str] = [""] * len(sentences)
+    per_batch = batch_size if beam_size == 1 else max(1, batch_size // beam_size)
+    for idx in _batched(encoded, per_batch):
+        width = max(len(encoded[i]) for i in idx)
+        src = torch.full((len(idx), width), PAD, dtype=torch.long)
+        for row, i in enumerate(idx):
+            src[row, : len(encoded[i])] = torch.tensor(encoded[i])
+        src = src.to(device)  # (B, S)
+        src_mask = (src != PAD).unsqueeze(-2)  # (B, 1, S)
+        max_len = max(2, int(max_len_a * width + max_len_b))  # <s> counts towards it
+        max_len = min(max_len, cap) if cap is not None else max_len
+        with _autocast(precision, device.type):
+            if beam_size == 1:
+                hyps = greedy_decode(model, src, src_mask, max_len, BOS, EOS).tolist()
+            else:
+                results = beam_search(model, src, src_mask, max_len, BOS, EOS,
+                                      beam_size=beam_size, length_penalty=length_penalty)
+                hyps = [r[0][0].tolist() for r in results]
+        for row, i in enumerate(idx):
+            out[i] = decode_ids(tok, _cut(hyps[row]))
+    model.train(was_training)
+    return out
 
 
 def _batched(items: Sequence, size: int) -> Iterator[list[int]]:
@@ -492,50 +881,10 @@ def _batched(items: Sequence, size: int) -> Iterator[list[int]]:
         yield order[i : i + size]
 
 
-@torch.no_grad()
-def translate_sentences(
-    model: nn.Module,
-    tok: Any,
-    sentences: Sequence[str],
-    cfg: Config,
-    device: torch.device,
-    beam_size: int = 1,
-    batch_size: int = 64,
-) -> list[str]:
-    """Translate untokenized sentences; greedy (KV cache) when beam_size == 1, else beam search."""
-    was_training = model.training
-    model.eval()
-    encoded = [encode(tok, s) for s in sentences]
-    out: list[str] = [""] * len(sentences)
-    for idx in _batched(encoded, batch_size if beam_size == 1 else max(1, batch_size // beam_size)):
-        width = max(len(encoded[i]) for i in idx)
-        src = torch.full((len(idx), width), PAD, dtype=torch.long)
-        for row, i in enumerate(idx):
-            src[row, : len(encoded[i])] = torch.tensor(encoded[i])
-        src = src.to(device)
-        src_mask = (src != PAD).unsqueeze(-2)
-        max_len = int(cfg.max_len_a * width + cfg.max_len_b)
-        with _autocast(cfg, device):
-            if beam_size == 1:
-                hyps = greedy_decode(model, src, src_mask, max_len, BOS, EOS).tolist()
-            else:
-                results = beam_search(model, src, src_mask, max_len, BOS, EOS, beam_size=beam_size,
-                                      length_penalty=cfg.length_penalty)
-                hyps = [r[0][0].tolist() for r in results]
-        for row, i in enumerate(idx):
-            out[i] = decode(tok, _cut(hyps[row]))
-    model.train(was_training)
-    return out
-
-
 def _cut(ids: list[int]) -> list[int]:
     """Tokens between the start symbol and the first end symbol."""
     ids = ids[1:] if ids and ids[0] == BOS else ids
     return ids[: ids.index(EOS)] if EOS in ids else ids
-
-
-def translate_pairs(model, tok, pairs, cfg, device, beam_size=1) -> list[str]:
-    return translate_sentences(model, tok, [s for s, _ in pairs], cfg, device, beam_size)
 
 
 def bleu(hypotheses: Sequence[str], pairs: Sequence[tuple[str, str]]):
@@ -561,17 +910,53 @@ def bleu_signature() -> str:
     return str(metric.get_signature())
 
 
-def load_model(path: str | Path, device: torch.device | None = None):
-    """Load a checkpoint directory: (model in eval mode, tokenizer, Config)."""
+def _config_of_checkpoint(values: Any, path: Path) -> Config:
+    """The Config stored in a checkpoint, checked like a config file."""
+    if not isinstance(values, dict):
+        raise ValueError(f"checkpoint {path}: config.json must hold a JSON object")
+    if "max_len" in values:  # written before drop_longer_than had its own name
+        values = {"drop_longer_than": values["max_len"], **values}
+    fields = {f.name for f in dataclasses.fields(Config)}
+    try:
+        return Config(**{k: v for k, v in values.items() if k in fields})
+    except ValueError as e:
+        raise ValueError(f"checkpoint {path}: {e}") from e
+
+
+def load_model(
+    path: str | Path,
+    device: torch.device | None = None,
+    *,
+    max_params: int = MAX_PARAMS,
+    verify: bool = True,
+):
+    """Load a checkpoint directory: (model in eval mode, tokenizer, Config).
+
+    The config is checked and the model's size computed from it before anything is built: a
+    config describing more than `max_params` parameters is refused (a checkpoint is input;
+    raise the limit for a model you trust to be that large). Non-finite weights (a diverged
+    run) are refused too. `verify`: check every file against the manifest's SHA-256.
+    """
     device = device or _default_device()
     path = Path(path)
-    info = load_checkpoint(path, None)
-    fields = {f.name for f in dataclasses.fields(Config)}
-    cfg = Config(**{k: v for k, v in info["config"].items() if k in fields})
-    cfg.adam_betas = tuple(cfg.adam_betas)
-    tok = load_tokenizer(path / "tokenizer.json")
+    info = load_checkpoint(path, None, verify=verify)
+    cfg = _config_of_checkpoint(info["config"], path)
+    if info["tokenizer"] is None:
+        raise ValueError(f"checkpoint {path} holds no tokenizer.json; it cannot translate")
+    tok = load_tokenizer(info["tokenizer"])
+    n = parameter_count(cfg, tok.get_vocab_size())
+    if n > max_params:
+        raise ValueError(
+            f"checkpoint {path}: its config describes a model of {n:,} parameters, more than "
+            f"max_params={max_params:,}; pass a larger max_params if you trust it"
+        )
     model = make_model(**cfg.model_kwargs(tok.get_vocab_size()))
-    load_checkpoint(path, model, map_location=device)
+    load_checkpoint(path, model, map_location=device, verify=verify)
+    bad = [n for n, t in model.state_dict().items()
+           if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise ValueError(f"checkpoint {path}: weights {bad[:3]} are not finite (NaN or inf); "
+                         "the run that saved them diverged")
     return model.to(device).eval(), tok, cfg
 
 
@@ -581,20 +966,25 @@ def _rounded(x: Any, digits: int = 4) -> Any:
 
 
 @torch.no_grad()
-def attention_maps(model: nn.Module, tok: Any, sentence: str, cfg: Config) -> dict[str, Any]:
+def attention_maps(
+    model: nn.Module, tok: Any, sentence: str, *, max_len_a: float = 1.5, max_len_b: int = 10
+) -> dict[str, Any]:
     """Translate `sentence` greedily, then record every attention map of a teacher-forced pass.
 
     Returns ``source``, ``translation``, the token labels ``source_tokens`` (ids + ``</s>``) and
     ``target_tokens`` (``<s>`` + output), and ``maps``: for ``"encoder"`` (source x source),
     ``"decoder"`` (target x target) and ``"cross"`` (target x source) a nested list
-    ``[layer][head][query][key]`` of weights rounded to 4 decimals. Used by chapter 8's figures.
+    ``[layer][head][query][key]`` of weights rounded to 4 decimals. `max_len_a`, `max_len_b`:
+    as in ``translate_sentences``. Used by chapter 8's figures.
     """
-    device = next(model.parameters()).device
-    src_ids = encode(tok, sentence)  # ids + EOS
+    device = _device_of(model)
+    src_ids = encode_text(tok, sentence)  # ids + EOS
     src = torch.tensor([src_ids], device=device)
     src_mask = (src != PAD).unsqueeze(-2)
-    max_len = int(cfg.max_len_a * len(src_ids) + cfg.max_len_b)
-    out = greedy_decode(model, src, src_mask, max_len, BOS, EOS)[0].tolist()
+    max_len = max(2, int(max_len_a * len(src_ids) + max_len_b))
+    cap = _output_limit(model)
+    out = greedy_decode(model, src, src_mask, min(max_len, cap) if cap else max_len, BOS, EOS)
+    out = out[0].tolist()
     if EOS in out:
         out = out[: out.index(EOS) + 1]
     tgt = torch.tensor([out[:-1] if out[-1] == EOS else out], device=device)  # decoder input
@@ -623,18 +1013,24 @@ def attention_maps(model: nn.Module, tok: Any, sentence: str, cfg: Config) -> di
 def evaluate(
     checkpoint: str | Path,
     split: str = "test",
-    beam_size: int = 4,
+    beam_size: int | None = None,
     data_dir: str | None = None,
     limit: int | None = None,
     device: torch.device | None = None,
 ) -> dict[str, Any]:
-    """sacreBLEU of a checkpoint on a Multi30k split, with the hypotheses and the signature."""
+    """sacreBLEU of a checkpoint on a Multi30k split, with the hypotheses and the signature.
+
+    `beam_size` None: the checkpoint config's ``beam_size``. `limit`: the first n pairs.
+    """
+    _check_translate_args(1 if beam_size is None else beam_size, 1, limit)
     device = device or _default_device()
     model, tok, cfg = load_model(checkpoint, device)
-    pairs = load_multi30k(split, data_dir or cfg.data_dir, cfg.src_lang, cfg.tgt_lang)
-    pairs = pairs[:limit] if limit else pairs
+    beam_size = cfg.beam_size if beam_size is None else beam_size
+    pairs = load_multi30k(split, data_dir or cfg.data_dir, cfg.src_lang, cfg.tgt_lang,
+                          limit=limit)
     start = time.perf_counter()
-    hyps = translate_pairs(model, tok, pairs, cfg, device, beam_size=beam_size)
+    hyps = translate_sentences(model, tok, [s for s, _ in pairs], beam_size=beam_size,
+                               max_input_len=None, **cfg.decode_kwargs())
     score = bleu(hyps, pairs)
     return {
         "split": split,
@@ -649,18 +1045,15 @@ def evaluate(
 
 
 def translate(
-    checkpoint: str | Path, sentences: Sequence[str], beam_size: int = 4,
+    checkpoint: str | Path,
+    sentences: Sequence[str],
+    beam_size: int | None = None,
     device: torch.device | None = None,
+    max_input_len: int | None = 256,
 ) -> list[str]:
-    """Translate sentences with a saved model."""
+    """Translate sentences with a saved model (`beam_size` None: the config's ``beam_size``)."""
     device = device or _default_device()
     model, tok, cfg = load_model(checkpoint, device)
-    return translate_sentences(model, tok, sentences, cfg, device, beam_size=beam_size)
-
-
-def count_tokens_per_second(history: list[dict]) -> float:
-    """Average training throughput (target tokens per second) of a run's history."""
-    if not history:
-        return math.nan
-    last = history[-1]
-    return last["tokens"] / max(last["minutes"] * 60, 1e-9)
+    beam_size = cfg.beam_size if beam_size is None else beam_size
+    return translate_sentences(model, tok, sentences, beam_size=beam_size,
+                               max_input_len=max_input_len, **cfg.decode_kwargs())

@@ -1,0 +1,174 @@
+"""Durable files and lock files, shared by `data` and `checkpoint` (hand-written, private).
+
+Two kinds of failure shape this module. A crash (power cut, SIGKILL) between writing a file and
+renaming it into place must never leave a half-written file under the real name: hence
+``write_durably`` and ``fsync_dir``. Two processes writing the same place at once must not
+interleave their files: hence ``FileLock``, a lock file created with ``O_CREAT | O_EXCL`` (one
+atomic operation on every operating system and on network file systems), holding the pid and
+host of its owner so that a lock left behind by a dead process can be recognised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+__all__: list[str] = []  # private: imported by name from transformer_lib.data and .checkpoint
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable (a no-op where directories cannot be opened)."""
+    if not hasattr(os, "O_DIRECTORY"):  # Windows: renames are durable once they return
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Write `data` to `path` and fsync it (the caller renames it into place)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (True when unsure)."""
+    if pid <= 0:
+        return False
+    if sys.platform == "win32":  # os.kill(pid, 0) would terminate the process on Windows
+        import ctypes
+
+        kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
+        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+        if not handle:
+            return ctypes.get_last_error() == 5  # access denied: it exists
+        code = ctypes.c_ulong()
+        try:
+            kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        finally:
+            kernel32.CloseHandle(handle)
+        return code.value == 259  # STILL_ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, owned by someone else
+        return True
+    return True
+
+
+class LockHeld(RuntimeError):
+    """Another process holds the lock (the message names it and how to remove a stale lock)."""
+
+
+class FileLock:
+    """An exclusive lock: the file `path`, created atomically, holding its owner's pid and host.
+
+    ``with FileLock(path, what="run directory runs/x"):`` takes the lock or raises ``LockHeld``
+    naming the owner. With ``wait`` > 0 it retries for that many seconds first. A lock whose
+    owner was on this host and is no longer running (killed, crashed) is stale: it is removed
+    and taken over. A stale lock from another host cannot be checked from here; the error says
+    how to remove it. Not re-entrant.
+    """
+
+    def __init__(self, path: str | Path, *, what: str, wait: float = 0.0) -> None:
+        self.path = Path(path)
+        self.what = what
+        self.wait = wait
+        self._token: str | None = None
+
+    def _owner(self) -> dict[str, Any] | None:
+        try:
+            owner = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}  # released meanwhile: try again
+        except (OSError, ValueError):
+            return None  # being written right now, or garbage
+        return owner if isinstance(owner, dict) else None
+
+    def _try_once(self) -> tuple[bool, dict[str, Any] | None]:
+        """(True, None) when the lock is taken, else (False, its owner: {} to retry at once)."""
+        token = uuid.uuid4().hex
+        record = {"pid": os.getpid(), "host": this_host(), "token": token,
+                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = self._owner()
+            if owner and owner.get("host") == this_host() and not process_alive(
+                int(owner.get("pid", -1))
+            ):
+                # Stale: remove it if it is still the same file (another process may have
+                # removed and re-taken it since we read it), then try again.
+                if self._owner() == owner:
+                    self.path.unlink(missing_ok=True)
+                return False, {}
+            return False, owner
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(record))
+            f.flush()
+            os.fsync(f.fileno())
+        self._token = token
+        return True, None
+
+    def acquire(self) -> FileLock:
+        deadline = time.monotonic() + self.wait
+        delay = 0.005
+        while True:
+            taken, owner = self._try_once()
+            if taken:
+                return self
+            if owner == {}:
+                continue  # released or stale-and-removed: retry at once
+            if time.monotonic() >= deadline:
+                raise LockHeld(self._message(owner))
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    def _message(self, owner: dict[str, Any] | None) -> str:
+        who = (
+            f"process {owner.get('pid')} on host {owner.get('host')} (since {owner.get('since')})"
+            if owner else "another process (its lock file is unreadable)"
+        )
+        return (
+            f"{self.what} is in use by {who}; if that process is no longer running, "
+            f"delete the lock file {self.path}"
+        )
+
+    def release(self) -> None:
+        if self._token is None:
+            return
+        owner = self._owner()
+        if owner and owner.get("token") == self._token:
+            self.path.unlink(missing_ok=True)
+        self._token = None
+
+    def __enter__(self) -> FileLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
