@@ -394,3 +394,28 @@ def test_download_timeout_is_a_deadline_for_the_whole_download(tmp_path):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"share_embeddings": False}, {"positional": "learned", "max_positions": 64},
+     {"norm_first": False, "N": 2, "d_ff": 48}],
+)
+def test_parameter_count_from_the_config_matches_the_built_model(changes):
+    from transformer_lib.model import count_parameters
+
+    cfg = dataclasses.replace(trainer.load_config(TINY), **changes)
+    built = make_model(**cfg.model_kwargs(300))
+    assert trainer.parameter_count(cfg, 300) == count_parameters(built)
+
+
+def test_fast_works_on_a_config_made_in_code_and_beam_size_is_the_default_beam(checkpoint_dir):
+    cfg = trainer.Config(fast=True)
+    assert (cfg.precision, cfg.attn_dropout, cfg.ffn_dropout) == ("bf16", 0.0, 0.0)
+    with pytest.raises(ValueError, match="fast = true means"):
+        trainer.Config(fast=True, attn_dropout=0.1)
+    model, tok, cfg = trainer.load_model(checkpoint_dir, torch.device("cpu"))
+    sentences = ["Ein Hund rennt.", "Zwei Männer."]
+    assert cfg.beam_size == 2  # configs/tiny.toml
+    assert trainer.translate(checkpoint_dir, sentences, device=torch.device("cpu")) == \
+        trainer.translate_sentences(model, tok, sentences, beam_size=2, **cfg.decode_kwargs())

@@ -311,8 +311,9 @@ def parameter_count(cfg: Config, vocab: int) -> int:
     attention = 4 * (d * d + d)  # W^Q, W^K, W^V, W^O with biases
     ffn = d * f + f + f * d + d
     norm = 2 * d
-    encoder = n * (attention + ffn + 2 * norm) + norm
-    decoder = n * (2 * attention + ffn + 3 * norm) + norm
+    final = norm if cfg.norm_first else 0  # pre-norm stacks end with a LayerNorm
+    encoder = n * (attention + ffn + 2 * norm) + final
+    decoder = n * (2 * attention + ffn + 3 * norm) + final
     embeddings = vocab * d * (1 if cfg.share_embeddings else 3) + vocab  # + generator bias
     positions = 2 * cfg.max_positions * d if cfg.positional == "learned" else 0
     return encoder + decoder + embeddings + positions
