@@ -419,3 +419,20 @@ def test_fast_works_on_a_config_made_in_code_and_beam_size_is_the_default_beam(c
     assert cfg.beam_size == 2  # configs/tiny.toml
     assert trainer.translate(checkpoint_dir, sentences, device=torch.device("cpu")) == \
         trainer.translate_sentences(model, tok, sentences, beam_size=2, **cfg.decode_kwargs())
+
+
+def test_a_run_saved_before_the_new_keys_resumes(interrupted_run, tmp_path):
+    """config.json of older runs says max_len and lacks max_positions: not a config change."""
+    run = shutil.copytree(interrupted_run, tmp_path / "run")
+    info = load_checkpoint(run / "last", None)
+    config = info["config"]
+    config["max_len"] = config.pop("drop_longer_than")
+    del config["max_positions"]
+    (run / "last" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="corrupt"):  # the manifest notices the edit ...
+        trainer.train(_cfg(), run, resume=True, progress=False)
+    manifest = json.loads((run / "last" / "manifest.json").read_text())
+    manifest["files"]["config.json"]["sha256"] = sha256_file(run / "last" / "config.json")
+    (run / "last" / "manifest.json").write_text(json.dumps(manifest))
+    out = trainer.train(_cfg(), run, resume=True, progress=False)  # ... the resume does not
+    assert out["history"][0]["epoch"] == 1

@@ -284,7 +284,9 @@ def save_checkpoint(
     Everything is written into a temporary directory next to `path` and fsync'ed; then the old
     checkpoint (if any) is renamed away, the new one renamed into place, and the old one
     deleted. A crash while writing leaves the old checkpoint untouched; a failure during the
-    swap puts it back.
+    swap puts it back; a kill between the two renames is repaired by the next load
+    (``recover_checkpoint``). Saves of one path by several threads or processes take turns
+    (a lock file next to it), and each save deletes what killed saves of that path left.
 
     Args:
         path: the checkpoint directory.

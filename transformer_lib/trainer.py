@@ -404,10 +404,13 @@ def _check_same_config(cfg: Config, saved: dict[str, Any], where: Path) -> None:
     if "max_len" in saved:  # written before drop_longer_than had its own name
         saved = {**saved, "drop_longer_than": saved["max_len"]}
     now = dataclasses.asdict(cfg)
+    # A key missing from the saved config did not exist yet when the run started: it had
+    # the behaviour of its default.
+    saved = {**dataclasses.asdict(Config()), **saved}
     differ = [
-        f"{k}: {saved.get(k)!r} in the run, {now[k]!r} now"
+        f"{k}: {saved[k]!r} in the run, {now[k]!r} now"
         for k in now
-        if k not in RESUMABLE_CHANGES and _jsonable(saved.get(k)) != _jsonable(now[k])
+        if k not in RESUMABLE_CHANGES and _jsonable(saved[k]) != _jsonable(now[k])
     ]
     if differ:
         raise ValueError(
@@ -861,13 +864,13 @@ def translate_sentences(
             src[row, : len(encoded[i])] = torch.tensor(encoded[i])
         src = src.to(device)  # (B, S)
         src_mask = (src != PAD).unsqueeze(-2)  # (B, 1, S)
-        max_len = max(2, int(max_len_a * width + max_len_b))  # <s> counts towards it
-        max_len = min(max_len, cap) if cap is not None else max_len
+        out_len = max(2, int(max_len_a * width + max_len_b))  # <s> counts towards it
+        out_len = min(out_len, cap) if cap is not None else out_len
         with _autocast(precision, device.type):
             if beam_size == 1:
-                hyps = greedy_decode(model, src, src_mask, max_len, BOS, EOS).tolist()
+                hyps = greedy_decode(model, src, src_mask, out_len, BOS, EOS).tolist()
             else:
-                results = beam_search(model, src, src_mask, max_len, BOS, EOS,
+                results = beam_search(model, src, src_mask, out_len, BOS, EOS,
                                       beam_size=beam_size, length_penalty=length_penalty)
                 hyps = [r[0][0].tolist() for r in results]
         for row, i in enumerate(idx):
@@ -982,9 +985,9 @@ def attention_maps(
     src_ids = encode_text(tok, sentence)  # ids + EOS
     src = torch.tensor([src_ids], device=device)
     src_mask = (src != PAD).unsqueeze(-2)
-    max_len = max(2, int(max_len_a * len(src_ids) + max_len_b))
+    out_len = max(2, int(max_len_a * len(src_ids) + max_len_b))
     cap = _output_limit(model)
-    out = greedy_decode(model, src, src_mask, min(max_len, cap) if cap else max_len, BOS, EOS)
+    out = greedy_decode(model, src, src_mask, min(out_len, cap) if cap else out_len, BOS, EOS)
     out = out[0].tolist()
     if EOS in out:
         out = out[: out.index(EOS) + 1]
