@@ -24,7 +24,7 @@ CHAPTERS = ROOT / "chapters"
 PACKAGE = ROOT / "transformer_lib"
 # Hand-written modules re-exported from the package (viz and cli are imported by name only:
 # viz needs the `book` extra, cli is the command line).
-HANDWRITTEN = ["data", "checkpoint"]
+HANDWRITTEN = ["data", "checkpoint", "pretrained"]
 HEADER = (
     '"""{doc}\n\nGenerated from {sources} by tools/export.py: do not edit.\n'
     'Edit the chapter and run `make export`."""\n'

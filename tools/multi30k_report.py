@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from transformer_lib import trainer
-from transformer_lib.data import encode, load_multi30k
+from transformer_lib.data import encode_text, load_multi30k
 from transformer_lib.model import count_parameters
 
 # Attention maps are stored for the first test sentences of 7-11 subwords: long enough to show
@@ -51,6 +51,7 @@ def main() -> int:
         help="wall time of the whole training command (data, tokenizer, training, averaging)",
     )
     ap.add_argument("--limit", type=int, help="only the first n test sentences (smoke tests)")
+    ap.add_argument("--note", default="", help="anything a reader of the numbers must know")
     args = ap.parse_args()
 
     history = json.loads((args.run / "history.json").read_text())
@@ -94,9 +95,9 @@ def main() -> int:
          "sentence_bleu": round(b, 1)}
         for b, i in sorted(sent)[:8]
     ]
-    short = [i for i, (s, _) in enumerate(pairs) if 7 <= len(encode(tok, s)) - 1 <= 11]
+    short = [i for i, (s, _) in enumerate(pairs) if 7 <= len(encode_text(tok, s)) - 1 <= 11]
     attention = [
-        trainer.attention_maps(model, tok, pairs[i][0], cfg) for i in short[:ATTENTION_SENTENCES]
+        trainer.attention_maps(model, tok, pairs[i][0]) for i in short[:ATTENTION_SENTENCES]
     ]
     result = {
         "task": "Multi30k task 1, German -> English, test_2016_flickr (1,000 sentences)",
@@ -127,9 +128,10 @@ def main() -> int:
             "python": platform.python_version(),
             "platform": platform.platform(),
         },
+        "note": args.note,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {args.out}: {chosen} BLEU {result['bleu']}  ({time.process_time():.0f}s CPU)")
     return 0
 

@@ -6,8 +6,12 @@
     torchrun --nproc_per_node=2 -m transformer_lib train --config configs/tiny.toml \
         --run-dir runs/ddp
     python -m transformer_lib evaluate --checkpoint runs/small/averaged --split test --beam 4
+    python -m transformer_lib evaluate --src news.de.gz --ref news.en.gz   # any file pair
     echo "Ein Hund rennt im Schnee." | \
         python -m transformer_lib translate --checkpoint runs/small/best
+
+Without ``--checkpoint``, ``evaluate`` and ``translate`` use the model that ships with the
+package (``transformer_lib.load_pretrained``).
 
 A user error prints one line ``error: ...`` on stderr and exits with status 2 (bad arguments)
 or 1 (anything that fails while running); ``--debug`` prints the traceback instead.
@@ -72,9 +76,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    e = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a split", parents=[common])
-    e.add_argument("--checkpoint", required=True, help="a checkpoint directory")
+    e = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a split or a file pair",
+                       parents=[common])
+    e.add_argument("--checkpoint", help="a checkpoint directory (default: the shipped model)")
     e.add_argument("--split", default="test", choices=["train", "val", "test"])
+    e.add_argument("--src", help="score this file of source sentences (one per line; plain or "
+                                 ".gz) instead of a Multi30k split; needs --ref")
+    e.add_argument("--ref", help="the reference translations of --src, line by line")
     e.add_argument("--beam", type=_positive_int,
                    help="beam size (1 = greedy; default: the checkpoint config's beam_size)")
     e.add_argument("--data-dir")
@@ -82,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--output", help="write the JSON result (with hypotheses) here")
 
     r = sub.add_parser("translate", help="translate stdin lines to stdout", parents=[common])
-    r.add_argument("--checkpoint", required=True)
+    r.add_argument("--checkpoint", help="a checkpoint directory (default: the shipped model)")
     r.add_argument("--beam", type=_positive_int,
                    help="beam size (1 = greedy; default: the checkpoint config's beam_size)")
     r.add_argument("--max-input-len", type=_positive_int, default=256,
@@ -99,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{e} (see --help)", 2, debug=False)
     try:
         return _run(args)
+    except _UsageError as e:  # arguments that only make sense together
+        return _fail(f"{e} (see --help)", 2, debug=False)
     except KeyboardInterrupt:
         return _fail("interrupted", 130, debug=getattr(args, "debug", False))
     except Exception as e:  # noqa: BLE001 - every failure becomes one line (or --debug)
@@ -137,11 +147,19 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps({k: last[k] for k in last if not isinstance(last[k], list)}))
         return 0
     if args.command == "evaluate":
-        result = trainer.evaluate(
-            args.checkpoint, args.split, args.beam, data_dir=args.data_dir, limit=args.limit
-        )
+        if (args.src is None) != (args.ref is None):
+            raise _UsageError("--src and --ref go together")
+        if args.src is not None:
+            result = _evaluate_files(args)
+        else:
+            result = trainer.evaluate(
+                _checkpoint(args), args.split, args.beam, data_dir=args.data_dir,
+                limit=args.limit,
+            )
         if args.output:
-            Path(args.output).write_text(json.dumps(result, indent=2, ensure_ascii=False))
+            Path(args.output).write_text(
+                json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8"
+            )
         print(result["score_line"])
         print(result["signature"])
         return 0
@@ -154,7 +172,7 @@ def _translate(args: argparse.Namespace) -> int:
     from transformer_lib import trainer
     from transformer_lib.data import encode_text
 
-    model, tok, cfg = trainer.load_model(args.checkpoint)
+    model, tok, cfg = trainer.load_model(_checkpoint(args))
     raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
@@ -183,3 +201,61 @@ def _translate(args: argparse.Namespace) -> int:
     for message in errors:
         print(f"error: {message}", file=sys.stderr)
     return 1 if errors else 0
+
+
+def _checkpoint(args: argparse.Namespace) -> Path:
+    """--checkpoint, or the directory of the model that ships with the package."""
+    from transformer_lib.pretrained import pretrained_path
+
+    return Path(args.checkpoint) if args.checkpoint else pretrained_path()
+
+
+def _read_lines(path: str, name: str) -> list[str]:
+    """The lines of a UTF-8 text file, gzipped or not; a clear error for anything else."""
+    import gzip
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{name} {path!r} is not a file")
+    data = p.read_bytes()
+    if data[:2] == b"\x1f\x8b":  # gzip's magic number, whatever the file is called
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise ValueError(f"{name} {path!r} is not a valid gzip file: {e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ValueError(f"{name} {path!r}: line {line} is not valid UTF-8") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    return [line.rstrip("\r") for line in lines]
+
+
+def _evaluate_files(args: argparse.Namespace) -> dict:
+    """sacreBLEU of --src translated against --ref (the same settings as `evaluate`)."""
+    import time
+
+    from transformer_lib import trainer
+
+    sources, refs = _read_lines(args.src, "--src"), _read_lines(args.ref, "--ref")
+    if len(sources) != len(refs):
+        raise ValueError(f"--src has {len(sources)} lines but --ref has {len(refs)}: the files "
+                         "must be aligned line by line")
+    if not sources:
+        raise ValueError(f"--src {args.src!r} is empty")
+    pairs = list(zip(sources, refs))[: args.limit]
+    model, tok, cfg = trainer.load_model(_checkpoint(args))
+    beam = cfg.beam_size if args.beam is None else args.beam
+    start = time.perf_counter()
+    hyps = trainer.translate_sentences(model, tok, [s for s, _ in pairs], beam_size=beam,
+                                       max_input_len=None, **cfg.decode_kwargs())
+    score = trainer.bleu(hyps, pairs)
+    return {
+        "src": args.src, "ref": args.ref, "beam_size": beam, "bleu": round(score.score, 2),
+        "signature": trainer.bleu_signature(), "score_line": str(score),
+        "sentences": len(pairs), "seconds": round(time.perf_counter() - start, 1),
+        "hypotheses": hyps,
+    }

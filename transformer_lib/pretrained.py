@@ -1,0 +1,58 @@
+"""The German→English model that ships with the book (chapter 8), ready to translate.
+
+The files live inside the package (``transformer_lib/pretrained/multi30k_de_en/``): the
+weights in bfloat16 safetensors, the tokenizer, the training config and a manifest of SHA-256
+sums that loading checks, as for every checkpoint (a changed or truncated file is refused).
+``MODEL_CARD.md`` beside them says how the model was trained and what it scores.
+
+    >>> from transformer_lib import load_pretrained
+    >>> from transformer_lib.trainer import translate_sentences
+    >>> model, tok, cfg = load_pretrained()
+    >>> translate_sentences(model, tok, ["Ein Hund rennt durch den Schnee."])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["PRETRAINED", "pretrained_path", "load_pretrained"]
+
+# name -> directory inside the package
+PRETRAINED = {"multi30k_de_en": "pretrained/multi30k_de_en"}
+
+
+def pretrained_path(name: str = "multi30k_de_en") -> Path:
+    """The directory of a shipped model, checked to exist.
+
+    Raises ValueError naming the known models for an unknown `name`, and FileNotFoundError
+    if the package was installed without its model files.
+    """
+    if name not in PRETRAINED:
+        raise ValueError(f"name must be one of {sorted(PRETRAINED)}, got {name!r}")
+    path = Path(__file__).resolve().parent / PRETRAINED[name]
+    if not (path / "manifest.json").is_file():
+        raise FileNotFoundError(
+            f"the shipped model {name!r} is missing from {path} (the package was installed "
+            "without its data files); reinstall transformer_lib, or train one with "
+            "`python -m transformer_lib train`"
+        )
+    return path
+
+
+def load_pretrained(
+    name: str = "multi30k_de_en", device: torch.device | str | None = None
+) -> tuple[nn.Module, Any, Any]:
+    """Load a shipped model: (model in eval mode, tokenizer, training Config).
+
+    The weights are stored in bfloat16 and loaded into a float32 model (chapter 8 measures
+    that this does not move BLEU). Every file is checked against the manifest first.
+    `device`: where the model goes (default: CUDA if available, else the CPU).
+    """
+    from transformer_lib.trainer import load_model
+
+    device = torch.device(device) if isinstance(device, str) else device
+    return load_model(pretrained_path(name), device)
