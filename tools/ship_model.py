@@ -26,6 +26,8 @@ from transformer_lib.data import load_multi30k
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "transformer_lib" / "pretrained" / "multi30k_de_en"
 SIZE_LIMIT = 20 * 2**20  # the repository ships at most 20 MB of weights
+MODEL_KEYS = ("N", "d_model", "d_ff", "h", "dropout", "norm_first", "share_embeddings",
+              "positional", "vocab_size", "label_smoothing", "precision", "epochs")
 
 
 def _card(results: dict, bf16_scores: dict, out: Path) -> str:
@@ -42,7 +44,7 @@ def _card(results: dict, bf16_scores: dict, out: Path) -> str:
         "",
         "## Model",
         f"- parameters: {r['parameters']:,} (weights stored in bfloat16, loaded into float32)",
-        f"- configuration: {json.dumps(r['config']['model'] if 'model' in r['config'] else {})}",
+        "- configuration: " + ", ".join(f"{k} = {r['config'][k]}" for k in MODEL_KEYS),
         "- tokenizer: joint byte-level BPE over German and English, trained on the training split",
         "",
         "## Data",
@@ -55,7 +57,8 @@ def _card(results: dict, bf16_scores: dict, out: Path) -> str:
         f"- commit: {r['commit']}",
         f"- {r['epochs']} epochs, {r['steps']:,} steps, {r['train_minutes']} minutes of training"
         f" ({r['wall_minutes_total']} minutes for the whole command)",
-        f"- machine: {r['machine']}",
+        "- machine: 2 CPU cores (AMD EPYC, AVX-512 with bf16 instructions), "
+        f"torch {r['machine']['torch']}, Python {r['machine']['python']}",
         f"- note: {r.get('note', '')}",
         "",
         "## Scores (sacreBLEU on test_2016_flickr, 1,000 sentences)",

@@ -11,14 +11,14 @@ from .layers import (
     Embeddings,
     layer_norm_by_hand,
     LayerNorm,
-    Dropout,
     SublayerConnection,
+    Dropout,
     PositionwiseFeedForward,
-    visible_positions,
-    on_positions,
     clones,
     EncoderLayer,
     Encoder,
+    visible_positions,
+    on_positions,
     DecoderLayer,
     Decoder,
     Generator,
@@ -81,6 +81,7 @@ from .checkpoint import (
     restore_rng_state,
     recover_checkpoint,
 )
+from .pretrained import PRETRAINED, pretrained_path, load_pretrained
 
 __all__ = [
     "masked_softmax",
@@ -97,14 +98,14 @@ __all__ = [
     "Embeddings",
     "layer_norm_by_hand",
     "LayerNorm",
-    "Dropout",
     "SublayerConnection",
+    "Dropout",
     "PositionwiseFeedForward",
-    "visible_positions",
-    "on_positions",
     "clones",
     "EncoderLayer",
     "Encoder",
+    "visible_positions",
+    "on_positions",
     "DecoderLayer",
     "Decoder",
     "Generator",
@@ -164,5 +165,8 @@ __all__ = [
     "capture_rng_state",
     "restore_rng_state",
     "recover_checkpoint",
+    "PRETRAINED",
+    "pretrained_path",
+    "load_pretrained",
 ]
 __version__ = "0.1.0"
