@@ -86,7 +86,7 @@ __all__ = [
 # to save and validate, how to decode. Everything else defines the run (the model, the data it
 # sees, the optimisation and its numerics) and must stay as it was.
 RESUMABLE_CHANGES = frozenset({
-    "epochs", "time_limit_min", "data_dir", "save_every", "keep_last", "average_last",
+    "epochs", "time_limit_min", "max_steps", "data_dir", "save_every", "keep_last", "average_last",
     "bleu_every", "beam_size", "length_penalty", "max_len_a", "max_len_b",
 })
 MAX_PARAMS = 10**9  # load_model refuses configs describing more parameters unless told otherwise
@@ -147,6 +147,7 @@ class Config:
     max_len_a: float = 1.5  # decode at most a * source length + b tokens
     max_len_b: int = 10
     time_limit_min: float | None = None  # stop training after this many minutes
+    max_steps: int | None = None  # ... or after this many optimizer steps (a compute budget)
 
     def __post_init__(self) -> None:
         if isinstance(self.adam_betas, list):
@@ -220,6 +221,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "length_penalty": _num(lambda v: v >= 0, "a number >= 0"),
     "max_len_a": _num(lambda v: v >= 0, "a number >= 0"), "max_len_b": _int(1),
     "time_limit_min": _num(lambda v: v > 0, "a number > 0", optional=True),
+    "max_steps": _int(1, optional=True),
 }
 
 
@@ -611,7 +613,7 @@ def _train_epochs(run: _Run, progress: bool, on_step: Callable[[int], None] | No
         steps = _epoch_steps(cfg, run.train_data, epoch, run.world)
         run.model.train()
         _train_steps(run, epoch, steps, t0, progress, on_step)
-        out_of_time = bool(cfg.time_limit_min and state.train_seconds > 60 * cfg.time_limit_min)
+        out_of_time = _out_of_budget(cfg, state)
         partial = out_of_time and state.step_in_epoch < len(steps)
         record = _end_of_epoch(run, epoch, partial, len(steps))
         if out_of_time:
@@ -647,9 +649,15 @@ def _train_steps(run: _Run, epoch: int, steps: list, t0: float, progress: bool,
             _save(run, run.run_dir / "last", resumable=True)
         if on_step is not None:
             on_step(state.step)
-        if cfg.time_limit_min and state.train_seconds > 60 * cfg.time_limit_min:
+        if _out_of_budget(cfg, state):
             break
     bar.close()
+
+
+def _out_of_budget(cfg: Config, state: _State) -> bool:
+    """True once the run's time limit or step budget is used up."""
+    return bool((cfg.time_limit_min and state.train_seconds > 60 * cfg.time_limit_min)
+                or (cfg.max_steps and state.step >= cfg.max_steps))
 
 
 def _step(run: _Run, micro: list[list[int]]) -> tuple[float, int]:
