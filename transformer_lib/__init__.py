@@ -36,6 +36,7 @@ from .training import (
     copy_task_batches,
 )
 from .decoding import KVCache, decode_step, greedy_decode, gnmt_length_penalty, beam_search
+from .rnn import GRUTranslator, GRUDecoderCache, make_gru_model
 from .after import (
     TransformerLM,
     filter_logits,
@@ -126,6 +127,9 @@ __all__ = [
     "greedy_decode",
     "gnmt_length_penalty",
     "beam_search",
+    "GRUTranslator",
+    "GRUDecoderCache",
+    "make_gru_model",
     "TransformerLM",
     "filter_logits",
     "sample_next",

@@ -118,7 +118,15 @@ class _NextTokenLogProbs:
         use_cache: bool,
     ):
         self.model, self.memory, self.src_mask = model, memory, src_mask
-        self.cache = KVCache(model, memory) if use_cache else None
+        # A model with its own incremental decoder (chapter 8's recurrent
+        # baseline) brings its own cache, with a step(tokens) method.
+        start = getattr(model, "start_decoding", None)
+        if not use_cache:
+            self.cache = None
+        elif start is not None:
+            self.cache = start(memory, src_mask)
+        else:
+            self.cache = KVCache(model, memory)
 
     def __call__(self, ys: Tensor) -> Tensor:  # ys: (rows, t) -> (rows, vocab)
         if self.cache is None:  # the textbook way: the whole prefix, every step
@@ -127,7 +135,10 @@ class _NextTokenLogProbs:
         else:  # only the newest token: the cache holds the others
             if self.cache.length != ys.size(1) - 1:
                 raise RuntimeError("the cache must hold every token of the prefix but the last")
-            out = decode_step(self.model, self.cache, ys[:, -1:], self.src_mask)[:, -1]
+            if isinstance(self.cache, KVCache):
+                out = decode_step(self.model, self.cache, ys[:, -1:], self.src_mask)[:, -1]
+            else:
+                out = self.cache.step(ys[:, -1:])[:, -1]
         return self.model.generator(out).float()  # (rows, vocab); float32 even under autocast
 
     def reorder(self, index: Tensor) -> None:

@@ -63,6 +63,7 @@ from transformer_lib.masks import subsequent_mask
 from transformer_lib.model import make_model
 from transformer_lib.multihead import MultiHeadedAttention
 from transformer_lib.positional import LearnedPositionalEmbedding
+from transformer_lib.rnn import make_gru_model
 from transformer_lib.training import Batch, LabelSmoothing, rate, train_step
 
 __all__ = [
@@ -110,6 +111,7 @@ class Config:
     max_tokens: int = 2500  # batch size x padded length (larger side) of one micro-batch
     drop_longer_than: int = 100  # training pairs with more subwords (either side) are dropped
     # model (the paper's names)
+    arch: str = "transformer"  # or "gru": chapter 8's recurrent baseline (N, d_model, dropout)
     N: int = 3
     d_model: int = 256
     d_ff: int = 1024
@@ -155,6 +157,13 @@ class Config:
         _validate(self)
         if self.fast:
             self.precision, self.attn_dropout, self.ffn_dropout = "bf16", 0.0, 0.0
+
+    def build_model(self, vocab: int) -> nn.Module:
+        """The model this config describes, for a joint vocabulary of `vocab` subwords."""
+        if self.arch == "gru":
+            return make_gru_model(vocab, self.d_model, self.N, self.dropout, PAD,
+                                  self.share_embeddings)
+        return make_model(**self.model_kwargs(vocab))
 
     def model_kwargs(self, vocab: int) -> dict[str, Any]:
         """Arguments of ``make_model`` for a joint vocabulary of `vocab` subwords."""
@@ -208,6 +217,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ffn_dropout": _num(lambda v: 0 <= v < 1, "a number in [0, 1)", optional=True),
     "norm_first": _BOOL, "share_embeddings": _BOOL, "fast": _BOOL,
     "positional": _choice("sinusoidal", "learned"), "max_positions": _int(1),
+    "arch": _choice("transformer", "gru"),
     "epochs": _int(1), "accum": _int(1), "lr_factor": _num(lambda v: v > 0, "a number > 0"),
     "warmup": _int(1),
     "adam_betas": ((lambda v: isinstance(v, (tuple, list)) and len(v) == 2
@@ -304,11 +314,24 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def parameter_count(cfg: Config, vocab: int) -> int:
-    """Parameters of ``make_model(**cfg.model_kwargs(vocab))``, computed without building it.
+    """Parameters of ``cfg.build_model(vocab)``, computed without building it.
 
     Used to refuse a config that would allocate more memory than intended before any
     allocation happens (a checkpoint's config.json is input like any other file).
     """
+    if cfg.arch == "gru":
+        d, n = cfg.d_model, cfg.N
+
+        def gru(inp: int, hidden: int) -> int:  # three gates, two biases each
+            return 3 * (inp * hidden + hidden * hidden + 2 * hidden)
+
+        encoder = n * 2 * gru(d, d // 2)  # both directions; every layer reads d features
+        decoder = gru(d, d) + gru(2 * d, d) + (n - 2) * gru(d, d)
+        start = d * n * d + n * d
+        attention = 2 * d * d + d  # W, U and v, no biases
+        out = 2 * d * d + d
+        embeddings = vocab * d * (1 if cfg.share_embeddings else 3) + vocab  # + generator bias
+        return encoder + decoder + start + attention + out + embeddings
     d, f, n = cfg.d_model, cfg.d_ff, cfg.N
     attention = 4 * (d * d + d)  # W^Q, W^K, W^V, W^O with biases
     ffn = d * f + f + f * d + d
@@ -579,7 +602,7 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
         cfg, run_dir, info["tokenizer"] if info else None, rank, world
     )
     vocab = tok.get_vocab_size()
-    model = make_model(**cfg.model_kwargs(vocab)).to(device)
+    model = cfg.build_model(vocab).to(device)
     # fused: one kernel updates every parameter (PyTorch's foreach Adam makes several passes)
     optimizer = torch.optim.Adam(
         model.parameters(), lr=1.0, betas=cfg.adam_betas, eps=cfg.adam_eps,
@@ -962,7 +985,7 @@ def load_model(
             f"checkpoint {path}: its config describes a model of {n:,} parameters, more than "
             f"max_params={max_params:,}; pass a larger max_params if you trust it"
         )
-    model = make_model(**cfg.model_kwargs(tok.get_vocab_size()))
+    model = cfg.build_model(tok.get_vocab_size())
     load_checkpoint(path, model, map_location=device, verify=verify)
     bad = [n for n, t in model.state_dict().items()
            if t.is_floating_point() and not torch.isfinite(t).all()]

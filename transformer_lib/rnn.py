@@ -1,0 +1,194 @@
+"""8. Translating German to English
+
+Generated from chapters/08_translation.ipynb by tools/export.py: do not edit.
+Edit the chapter and run `make export`."""
+
+__all__ = ["GRUTranslator", "GRUDecoderCache", "make_gru_model"]
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lib.attention import AdditiveAttention, check_probability
+from transformer_lib.layers import Generator
+
+
+class GRUTranslator(nn.Module):
+    """The recurrent baseline: GRU encoder-decoder with additive attention.
+
+    The model chapter 1 starts from (Bahdanau et al., 2015), with the
+    Transformer's interface, so the same trainer, loss and decoders run it:
+    ``forward(src, tgt, src_mask, tgt_mask)``, ``encode``, ``decode`` and a
+    ``generator``.
+
+    - Encoder: ``N`` bidirectional GRU layers; the two directions (d_model/2
+      each) are concatenated into one d_model-wide state per source token.
+    - Decoder: a bottom GRU reads the target prefix; its state asks chapter
+      1's ``AdditiveAttention`` for a context over the encoder states;
+      ``N - 1`` top GRU layers read [state; context]. Attention is computed
+      from the bottom layer (as in GNMT, Wu et al. 2016), so in training
+      every GRU runs over the whole sequence in one call. The decoder
+      starts from ``tanh(W · mean of the encoder states)``.
+
+    ``tgt_mask`` is accepted and ignored: a recurrent decoder only ever sees
+    the past. Defined in chapter 8.
+
+    Args:
+        vocab: joint vocabulary size (source and target).
+        d_model: width of embeddings, states and output; even.
+        N: GRU layers of the encoder and of the decoder; >= 2.
+        dropout: on embeddings, between layers and on the output.
+        pad_idx: the padding id (its embedding stays zero).
+        share_embeddings: one embedding for source, target and generator.
+    """
+
+    def __init__(
+        self,
+        vocab: int,
+        d_model: int = 256,
+        N: int = 2,
+        dropout: float = 0.1,
+        pad_idx: int = 0,
+        share_embeddings: bool = True,
+    ) -> None:
+        super().__init__()
+        for name, n, lo in (("vocab", vocab, 1), ("d_model", d_model, 2), ("N", N, 2)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {n!r}")
+        if d_model % 2:
+            raise ValueError(f"d_model must be even (two directions), got {d_model}")
+        p = check_probability(dropout, "dropout")
+        d = self.d_model = d_model
+        self.src_embed = nn.Embedding(vocab, d, padding_idx=pad_idx)
+        self.tgt_embed = (
+            self.src_embed if share_embeddings else nn.Embedding(vocab, d, padding_idx=pad_idx)
+        )
+        gru = dict(batch_first=True)
+        # each direction d/2 wide: together one d-wide state per token
+        self.encoder = nn.GRU(d, d // 2, N, bidirectional=True, dropout=p, **gru)
+        self.init_state = nn.Linear(d, N * d)  # a start state per layer
+        self.bottom = nn.GRU(d, d, 1, **gru)
+        self.attention = AdditiveAttention(d, d, d)  # chapter 1
+        top_dropout = p if N > 2 else 0.0  # between top layers only
+        self.top = nn.GRU(2 * d, d, N - 1, dropout=top_dropout, **gru)
+        self.out = nn.Linear(2 * d, d)
+        self.dropout = nn.Dropout(p)
+        self.generator = Generator(d, vocab)  # chapter 5
+        if share_embeddings:
+            self.generator.proj.weight = self.src_embed.weight
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """src (batch, S), tgt (batch, T), src_mask (batch, 1, S)
+        -> (batch, T, d_model)."""
+        return self.decode(self.encode(src, src_mask), src_mask, tgt)
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        """src (batch, S) -> states (batch, S, d_model), zero at pads."""
+        # (batch,) real tokens per sentence
+        lengths = src_mask.reshape(src.size(0), -1).sum(-1).clamp(min=1)
+        x = self.dropout(self.src_embed(src))  # (batch, S, d)
+        # Packing keeps the backward direction from reading padding first.
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        out, _ = self.encoder(packed)
+        memory, _ = nn.utils.rnn.pad_packed_sequence(
+            out, batch_first=True, total_length=src.size(1)
+        )
+        return memory  # (batch, S, d)
+
+    def decode(
+        self,
+        memory: Tensor,
+        src_mask: Tensor,
+        tgt: Tensor,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """The whole prefix at once: tgt (batch, T) -> (batch, T, d)."""
+        start = self._start(memory, src_mask)
+        out, _ = self._run(tgt, start, memory, src_mask)
+        return out
+
+    def start_decoding(self, memory: Tensor, src_mask: Tensor):
+        """The incremental decoder ``greedy_decode`` and ``beam_search`` use:
+        the GRU states are this model's cache (chapter 7's KV cache)."""
+        return GRUDecoderCache(self, memory, src_mask)
+
+    def _start(self, memory: Tensor, src_mask: Tensor):
+        """Start states: bottom (1, batch, d) and top (N-1, batch, d)."""
+        # (batch, S, 1): 1 at real tokens
+        real = src_mask.reshape(memory.size(0), -1, 1).to(memory.dtype)
+        mean = (memory * real).sum(1) / real.sum(1).clamp(min=1)  # (b, d)
+        h0 = torch.tanh(self.init_state(mean)).to(memory.dtype)  # (b, N*d)
+        # (N, batch, d)
+        h0 = h0.unflatten(-1, (-1, self.d_model)).transpose(0, 1)
+        return h0[:1].contiguous(), h0[1:].contiguous()
+
+    def _run(
+        self,
+        tokens: Tensor,
+        state: tuple[Tensor, Tensor],
+        memory: Tensor,
+        src_mask: Tensor,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """tokens (batch, t) from `state` -> (batch, t, d), new state."""
+        dtype = self.bottom.weight_hh_l0.dtype  # GRUs run in their dtype
+        y = self.dropout(self.tgt_embed(tokens)).to(dtype)  # (batch, t, d)
+        s, hb = self.bottom(y, state[0].to(dtype))  # (batch, t, d)
+        mask = src_mask.reshape(memory.size(0), 1, -1)  # (batch, 1, S)
+        c, _ = self.attention(s, memory, memory, mask)  # (batch, t, d)
+        sc = torch.cat([s, c.to(dtype)], dim=-1)  # (batch, t, 2d)
+        h, ht = self.top(self.dropout(sc), state[1].to(dtype))  # (b, t, d)
+        hc = torch.cat([h, c.to(dtype)], dim=-1)  # (batch, t, 2d)
+        out = self.dropout(torch.tanh(self.out(hc)))  # (batch, t, d)
+        return out, (hb, ht)
+
+
+class GRUDecoderCache:
+    """``GRUTranslator``'s incremental decoder state: one step per token.
+
+    ``step(tokens (rows, 1)) -> (rows, 1, d_model)``; ``reorder(index)``
+    keeps the rows a beam search continues. Defined in chapter 8.
+    """
+
+    def __init__(self, model: GRUTranslator, memory: Tensor, src_mask: Tensor) -> None:
+        self.model, self.memory, self.src_mask = model, memory, src_mask
+        self.state = model._start(memory, src_mask)
+        self.length = 0  # tokens decoded so far
+
+    def step(self, tokens: Tensor) -> Tensor:
+        out, self.state = self.model._run(tokens, self.state, self.memory, self.src_mask)
+        self.length += tokens.size(1)
+        return out  # (rows, 1, d)
+
+    def reorder(self, index: Tensor) -> None:
+        self.state = tuple(h.index_select(1, index) for h in self.state)
+        self.memory = self.memory.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
+
+
+def make_gru_model(
+    vocab: int,
+    d_model: int = 256,
+    N: int = 2,
+    dropout: float = 0.1,
+    pad_idx: int = 0,
+    share_embeddings: bool = True,
+) -> GRUTranslator:
+    """A ``GRUTranslator`` with uniform(-0.1, 0.1) weights (GRU practice
+    since Sutskever et al., 2014) and zero biases. Defined in chapter 8."""
+    model = GRUTranslator(vocab, d_model, N, dropout, pad_idx, share_embeddings)
+    for name, w in model.named_parameters():
+        if "bias" in name:
+            nn.init.zeros_(w)
+        else:
+            nn.init.uniform_(w, -0.1, 0.1)
+    with torch.no_grad():
+        model.src_embed.weight[pad_idx].zero_()
+        model.tgt_embed.weight[pad_idx].zero_()
+    return model
