@@ -96,9 +96,10 @@ def main() -> int:
         for b, i in sorted(sent)[:8]
     ]
     short = [i for i, (s, _) in enumerate(pairs) if 7 <= len(encode_text(tok, s)) - 1 <= 11]
+    # Attention maps are the Transformer's; the recurrent baseline has one additive attention.
     attention = [
         trainer.attention_maps(model, tok, pairs[i][0]) for i in short[:ATTENTION_SENTENCES]
-    ]
+    ] if cfg.arch == "transformer" else []
     result = {
         "task": "Multi30k task 1, German -> English, test_2016_flickr (1,000 sentences)",
         "bleu": scores[chosen]["bleu"],
