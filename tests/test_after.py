@@ -1,4 +1,4 @@
-"""Chapter 10 (transformer_lib.after): decoder-/encoder-only models, sampling, the LM cache,
+"""Chapter 11 (transformer_lib.after): decoder-/encoder-only models, sampling, the LM cache,
 masked-token corruption, grouped-query attention, rotary embeddings, KV-cache bytes.
 
 References are independent of the code under test: complex multiplication for RoPE, the

@@ -29,6 +29,7 @@ EXPECTED = {
     "shapes.svg",
     "teacher_forcing.svg",
     "kv_cache.svg",
+    "path_length.svg",
 }
 
 

@@ -1244,6 +1244,112 @@ def draw_kv_cache() -> Svg:
     return svg
 
 
+def _edge(x0: float, y0: float, cx: float, cy: float, r: float) -> tuple[float, float]:
+    """The point where the line from (x0, y0) to the centre (cx, cy) meets a circle of radius r."""
+    dx, dy = cx - x0, cy - y0
+    d = math.hypot(dx, dy)
+    return cx - dx * r / d, cy - dy * r / d
+
+
+def draw_path_length() -> Svg:
+    svg = Svg(
+        860,
+        580,
+        "Maximum path length: recurrent layer versus self-attention",
+        "Two panels for a sequence of n = 6 tokens x1 to x6. Top, a recurrent layer: each "
+        "input x_i enters a state h_i, and the states are chained left to right, h1 to h2 to "
+        "h6; information from x1 reaches h6 only along the highlighted chain of 5 sequential "
+        "steps, so the path length is n - 1 and the steps cannot run in parallel. Bottom, a "
+        "self-attention layer: faint lines join every input to every output y1 to y6, and the "
+        "highlighted line goes straight from x1 to y6: y6 attends to x1 directly, a path of "
+        "length 1. All n outputs are computed at once from n squared scores, with no "
+        "sequential steps.",
+    )
+    s = svg
+    accent, faint = VERMILLION, "#d4d4d4"
+    xs = [170 + 104 * i for i in range(6)]
+    r, bw, bh = 20, 56, 34  # circle radius, token box width and height
+
+    def tokens(cy: float) -> None:
+        for i, x in enumerate(xs):
+            s.box(
+                x - bw / 2,
+                cy - bh / 2,
+                bw,
+                bh,
+                [f"x_{{{i + 1}}}"],
+                fill=tint(PURPLE, 0.2),
+                stroke=accent if i == 0 else PURPLE,
+                sw=2.4 if i == 0 else 1.2,
+                size=18,
+                family=MONO,
+            )
+
+    def nodes(cy: float, sym: str, color: str) -> None:
+        for i, x in enumerate(xs):
+            last = i == len(xs) - 1
+            stroke, sw = (accent, 2.4) if last else (color, 1.2)
+            s.circle(x, cy, r, tint(color, 0.22), stroke=stroke, sw=sw)
+            s.text(x, cy + 18 * 0.35, f"{sym}_{{{i + 1}}}", size=18, family=MONO)
+
+    def row_labels(top: float, top_label: str, bottom: float) -> None:
+        s.text(30, top + 5, top_label, size=13, anchor="start", fill="#444444")
+        s.text(30, bottom + 5, "inputs", size=13, anchor="start", fill="#444444")
+
+    # --- top: a recurrent layer
+    s.text(430, 30, "Recurrent layer: path length n \u2212 1", size=15, weight="bold")
+    hy, xy = 118, 190
+    s.text(430, 70, "5 sequential steps from x1 to h6", size=14, weight="bold", fill=accent)
+    row_labels(hy, "states", xy)
+    nodes(hy, "h", GREEN)
+    tokens(xy)
+    for i, x in enumerate(xs):
+        s.arrow(x, xy - bh / 2, x, hy + r + 1, stroke=LINE)
+        if i + 1 < len(xs):
+            s.arrow(x + r, hy, xs[i + 1] - r - 1, hy, stroke=accent, sw=2.4)
+            s.text((x + xs[i + 1]) / 2, hy - 9, f"{i + 1}", size=13, weight="bold", fill=accent)
+    s.text(
+        430,
+        240,
+        "each state needs the one before it: the steps run one after another",
+        size=13,
+        fill="#444444",
+        italic=True,
+    )
+    s.path("M20,264 H840", stroke="#cccccc", sw=1, arrow=False)
+
+    # --- bottom: a self-attention layer
+    s.text(430, 294, "Self-attention layer: path length 1", size=15, weight="bold")
+    yy, xy = 370, 500
+    s.text(
+        xs[-1] + r,
+        334,
+        "1 step: y6 attends to x1 directly",
+        size=14,
+        anchor="end",
+        weight="bold",
+        fill=accent,
+    )
+    row_labels(yy, "outputs", xy)
+    for x0 in xs:  # every input to every output, faint
+        for cx in xs:
+            ex, ey = _edge(x0, xy - bh / 2, cx, yy, r)
+            s.arrow(x0, xy - bh / 2, ex, ey, stroke=faint, sw=0.9, arrow=False)
+    ex, ey = _edge(xs[0], xy - bh / 2, xs[-1], yy, r + 1)
+    s.arrow(xs[0], xy - bh / 2, ex, ey, stroke=accent, sw=2.4)
+    nodes(yy, "y", BLUE)
+    tokens(xy)
+    s.text(
+        430,
+        552,
+        "all n outputs at once: n\u00b2 scores, no sequential steps",
+        size=13,
+        fill="#444444",
+        italic=True,
+    )
+    return svg
+
+
 # =========================================================================== all files
 
 
@@ -1269,6 +1375,7 @@ def drawings() -> dict[str, str]:
     out["shapes.svg"] = draw_shapes().render()
     out["teacher_forcing.svg"] = draw_teacher_forcing().render()
     out["kv_cache.svg"] = draw_kv_cache().render()
+    out["path_length.svg"] = draw_path_length().render()
     return out
 
 

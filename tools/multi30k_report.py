@@ -51,6 +51,10 @@ def main() -> int:
         help="wall time of the whole training command (data, tokenizer, training, averaging)",
     )
     ap.add_argument("--limit", type=int, help="only the first n test sentences (smoke tests)")
+    ap.add_argument(
+        "--checkpoints", nargs="+", default=["best", "averaged", "last"],
+        choices=["best", "averaged", "last"], help="the checkpoints to score (default: all)",
+    )
     ap.add_argument("--note", default="", help="anything a reader of the numbers must know")
     args = ap.parse_args()
 
@@ -63,7 +67,7 @@ def main() -> int:
     scores, hyps_by = {}, {}
     # best: best validation BLEU; averaged: mean of the last epoch snapshots; last: the weights
     # when training stopped (with a time limit, part of an epoch after the last snapshot).
-    for ckpt in ("best", "averaged", "last"):
+    for ckpt in args.checkpoints:
         if not (args.run / ckpt).is_dir():
             continue
         for beam in (1, args.beam):

@@ -1,6 +1,6 @@
-"""10. What came after
+"""11. What came after
 
-Generated from chapters/10_what_came_after.ipynb by tools/export.py: do not edit.
+Generated from chapters/11_what_came_after.ipynb by tools/export.py: do not edit.
 Edit the chapter and run `make export`."""
 
 __all__ = [
@@ -67,7 +67,7 @@ class TransformerLM(nn.Module):
 
     ``forward(tokens, pad=None)``: tokens (batch, len) ids -> hidden states
     (batch, len, d_model); ``generator`` maps them to log-probabilities
-    (batch, len, vocab). Defined in chapter 10.
+    (batch, len, vocab). Defined in chapter 11.
     """
 
     def __init__(
@@ -263,7 +263,7 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
             sampling, Holtzman et al. (2020).
 
     Returns logits of the same shape, -inf where a token was removed.
-    Defined in chapter 10.
+    Defined in chapter 11.
     """
     _check_filters(top_k, top_p)
     if top_k is not None:
@@ -293,7 +293,7 @@ def sample_next(
 
     logits (batch, vocab) -> ids (batch,). ``temperature == 0`` is greedy
     (argmax); ``top_k``, ``top_p`` as in ``filter_logits``; ``generator``
-    makes the draws reproducible. Defined in chapter 10.
+    makes the draws reproducible. Defined in chapter 11.
     """
     _check_temperature(temperature)
     if temperature == 0:
@@ -309,7 +309,7 @@ class LMCache(KVCache):
 
     ``self_kv[l] = (k, v)``, each (batch, key/value heads, t, d_k) for the t
     positions so far; ``append`` and ``reorder`` are ``KVCache``'s.
-    Defined in chapter 10.
+    Defined in chapter 11.
     """
 
     def __init__(self, lm: TransformerLM) -> None:
@@ -344,7 +344,7 @@ def lm_step(lm: TransformerLM, cache: LMCache, tokens: Tensor) -> Tensor:
     tokens (batch, s) at positions ``cache.length``, ... -> (batch, s,
     d_model); appends their keys and values to ``cache``. Equals
     ``lm(prefix)[:, -s:]`` where the prefix's first ``cache.length`` tokens
-    are the cached ones. Causal models only. Defined in chapter 10.
+    are the cached ones. Causal models only. Defined in chapter 11.
     """
     if not lm.causal:
         raise ValueError("lm must be causal (a cache needs past states final)")
@@ -386,7 +386,7 @@ def generate(
             re-run the whole sequence every step; the tokens are the same.
 
     Returns (batch, len + generated) ids, the prompt first. Defined in
-    chapter 10.
+    chapter 11.
     """
     _check_generate_args(lm, prompt, max_new_tokens)
     ys, cache = prompt, LMCache(lm) if use_cache else None
@@ -431,7 +431,7 @@ def mask_tokens(
 
     Returns (inputs, labels), both (batch, len): labels hold the original
     token where chosen and -100 (``F.nll_loss``'s ignore_index) elsewhere.
-    Defined in chapter 10.
+    Defined in chapter 11.
     """
     _check_masking(tokens, p, low, high)
     shape, device = tokens.shape, tokens.device
@@ -468,7 +468,7 @@ class GroupedQueryAttention(nn.Module):
     W^V], d_model -> 2 * kv_heads * d_k), ``out_proj`` (W^O). The interface
     is ``MultiHeadedAttention``'s: ``forward(query, key, value, mask)``,
     ``project_kv`` (what a cache stores) and ``attend``.
-    Defined in chapter 10.
+    Defined in chapter 11.
     """
 
     def __init__(
@@ -546,7 +546,7 @@ class GroupedQueryAttention(nn.Module):
 
 def gqa_from_multihead(mha: MultiHeadedAttention) -> GroupedQueryAttention:
     """A ``GroupedQueryAttention`` with kv_heads = h and ``mha``'s weights:
-    the same function as ``mha``. Defined in chapter 10."""
+    the same function as ``mha``. Defined in chapter 11."""
     if not isinstance(mha, MultiHeadedAttention):
         raise ValueError(f"mha must be a MultiHeadedAttention, got {type(mha).__name__}")
     d, has_bias = mha.d_model, mha.in_proj.bias is not None
@@ -574,7 +574,7 @@ def kv_cache_bytes(
 
     2 (keys and values) * layers * kv_heads * d_head * context * batch *
     bytes_per_value; e.g. 2 bytes for fp16/bf16, 4 for fp32. Defined in
-    chapter 10.
+    chapter 11.
     """
     for name, n in (
         ("layers", layers),
@@ -603,7 +603,7 @@ def apply_rope(x: Tensor, start: int = 0, base: float = 10000.0) -> Tensor:
         start: the position of the first row, >= 0.
         base: the base of the frequencies (10000, as in chapter 4).
 
-    Returns a tensor of x's shape and dtype. Defined in chapter 10.
+    Returns a tensor of x's shape and dtype. Defined in chapter 11.
     """
     start = _check_rope_args(x, start, base)
     d, n = x.size(-1), x.size(-2)
@@ -626,7 +626,7 @@ class RotaryAttention(GroupedQueryAttention):
     are rotated when read, so a cache holds them unrotated (simple, and the
     interface stays ``MultiHeadedAttention``'s; production code caches
     rotated keys). Arguments as ``GroupedQueryAttention``, plus ``base``.
-    Defined in chapter 10.
+    Defined in chapter 11.
     """
 
     def __init__(
