@@ -62,7 +62,8 @@ def process_alive(pid: int) -> bool:
     if sys.platform == "win32":  # os.kill(pid, 0) would terminate the process on Windows
         import ctypes
 
-        kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
+        # use_last_error: ctypes keeps GetLastError's value for get_last_error() to read
+        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
         handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
         if not handle:
             return ctypes.get_last_error() == 5  # access denied: it exists

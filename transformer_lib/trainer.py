@@ -459,7 +459,9 @@ def _start_run(cfg: Config, run_dir: Path, resume: bool, rank: int, world: int) 
         lock = FileLock(run_dir / ".lock", what=f"run directory {run_dir}").acquire()
         try:
             _check_run_dir(cfg, run_dir, resume)
-            (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+            (run_dir / "config.json").write_text(
+                json.dumps(dataclasses.asdict(cfg), indent=2), encoding="utf-8"
+            )
         except BaseException:
             lock.release()
             raise
@@ -746,7 +748,9 @@ def _end_of_epoch(run: _Run, epoch: int, partial: bool, n_steps: int) -> dict[st
             state.best_bleu = record["val_bleu"]
             _save(run, run.run_dir / "best", resumable=False)
         history = state.history + ([record] if partial else [])
-        (run.run_dir / "history.json").write_text(json.dumps(history, indent=2))
+        (run.run_dir / "history.json").write_text(
+            json.dumps(history, indent=2), encoding="utf-8"
+        )
     _save(run, run.run_dir / "last", resumable=True)
     return record
 

@@ -1,0 +1,62 @@
+"""tools/ablations.py (the paper's Table 3, re-run small) and the results file chapter 10 reads."""
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer_lib import trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tool():
+    path = ROOT / "tools" / "ablations.py"
+    spec = importlib.util.spec_from_file_location("ablations", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ABL = _tool()
+
+
+def test_rows_have_unique_names_and_cover_the_papers_groups():
+    names = [r[0] for r in ABL.ROWS]
+    assert len(names) == len(set(names))
+    groups = {r[1] for r in ABL.ROWS}
+    assert {"base", "A", "C", "D", "E", "norm", "tied"} <= groups
+    assert sum(r[1] == "base" for r in ABL.ROWS) == 3  # the noise band: three seeds
+
+
+@pytest.mark.parametrize("row", ABL.ROWS, ids=[r[0] for r in ABL.ROWS])
+def test_each_row_changes_only_what_it_says(row):
+    name, _, _, overrides = row
+    base = ABL.row_config({}, 300, 150)
+    cfg = ABL.row_config(overrides, 300, 150)
+    changed = {
+        k for k, v in dataclasses.asdict(cfg).items() if dataclasses.asdict(base)[k] != v
+    }
+    assert changed == set(overrides)
+    assert cfg.max_steps == 300 and cfg.warmup == 150 and cfg.time_limit_min is None
+    # the parameter count is known before anything is built
+    assert trainer.parameter_count(cfg, 8000) > 0
+
+
+def test_the_committed_results_hold_every_row_with_its_provenance():
+    results = json.loads((ROOT / "results" / "ablations.json").read_text(encoding="utf-8"))
+    assert results["missing"] == []
+    assert [r["row"] for r in results["rows"]] == [r[0] for r in ABL.ROWS]
+    for r in results["rows"]:
+        for key in ("command", "config", "commit", "machine", "val_loss", "val_bleu",
+                    "tokens_per_second", "parameters", "steps"):
+            assert key in r, (r["row"], key)
+        assert r["command"].startswith("python tools/ablations.py --rows " + r["row"])
+        assert r["steps"] == results["budget"]["max_steps"] == r["config"]["max_steps"]
+        overrides = {k: r["config"][k] for k in r["overrides"]}
+        assert overrides == r["overrides"]
+        assert r["machine"]["cpu"] and r["machine"]["torch"]
