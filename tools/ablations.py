@@ -7,12 +7,15 @@
 
 Every row trains the chapter-8 model (configs/multi30k_shipped.toml) for the same number of
 optimizer steps (`--steps`; the paper's Table 3 also fixes the steps, 100k), with the same data
-order and seed, changing one setting. At the end it records the validation loss (with label
-smoothing, as in training), validation BLEU (greedy, sacreBLEU on the 1,014 validation
-sentences), the parameter count, target tokens per second and minutes, with the command, the
-full config, the commit and the machine. Runs go to runs/ablations/ROW/; a row whose
-result.json exists is skipped and an interrupted row resumes from its last checkpoint, so the
-command can simply be run again. The book's chapter 11 reads results/ablations.json.
+order and seed, changing one setting. At the end it records the validation cross-entropy
+without label smoothing and its perplexity (what the paper's table reports; rows that change
+the label smoothing are compared on it), the validation loss as trained (with the row's label
+smoothing), validation BLEU (greedy, sacreBLEU on the 1,014 validation sentences), the
+parameter count, target tokens per second and minutes, with the command, the full config, the
+commit and the machine. Runs go to runs/ablations/ROW/; a row whose result.json exists is
+skipped and an interrupted row resumes from its last checkpoint, so the command can simply be
+run again (`--rescore` adds the cross-entropy to rows finished before it was recorded). The
+book's chapter 10 reads results/ablations.json.
 """
 
 from __future__ import annotations
@@ -85,6 +88,25 @@ def row_config(overrides: dict[str, Any], steps: int, warmup: int):
     return trainer.load_config(BASE_CONFIG, **budget, **overrides)
 
 
+def cross_entropy(run_dir: Path) -> dict[str, float]:
+    """Validation cross-entropy per target token of RUN/last, without label smoothing.
+
+    The training loss of a row depends on its label smoothing, so it cannot compare rows that
+    change it; the plain cross-entropy (and its exponential, the perplexity the paper's
+    Table 3 reports) can.
+    """
+    import math
+
+    from transformer_lib import trainer
+    from transformer_lib.data import encode_pairs, load_multi30k
+
+    model, tok, cfg = trainer.load_model(run_dir / "last", torch.device("cpu"))
+    pairs = load_multi30k("val", cfg.data_dir, cfg.src_lang, cfg.tgt_lang)
+    nll = trainer.validation_loss(model, encode_pairs(pairs, tok), max_tokens=cfg.max_tokens,
+                                  label_smoothing=0.0, precision=cfg.precision)
+    return {"val_nll": round(nll, 4), "val_ppl": round(math.exp(nll), 2)}
+
+
 def run_row(name: str, overrides: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """Train one row (or finish it) and return its record."""
     from transformer_lib import trainer
@@ -107,6 +129,7 @@ def run_row(name: str, overrides: dict[str, Any], args: argparse.Namespace) -> d
     hyps = trainer.translate_sentences(model, tok, [s for s, _ in pairs], beam_size=1,
                                        max_input_len=None, **cfg.decode_kwargs())
     record.update(
+        **cross_entropy(run_dir),
         val_loss=round(last["val_loss"], 4),
         val_bleu=round(trainer.bleu(hyps, pairs).score, 2),
         train_loss=round(last["train_loss"], 4),
@@ -132,11 +155,15 @@ def main() -> int:
     ap.add_argument("--threads", type=int, help="torch threads per process")
     ap.add_argument("--progress", action="store_true", help="show a progress bar per row")
     ap.add_argument("--collect", action="store_true", help="merge finished rows into the results")
+    ap.add_argument("--rescore", action="store_true",
+                    help="add the validation cross-entropy to finished rows that lack it")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.collect:
         return collect()
+    if args.rescore:
+        return rescore()
     i, n = (int(x) for x in args.shard.split("/"))
     names = {r[0] for r in ROWS}
     unknown = set(args.rows or []) - names
@@ -166,6 +193,21 @@ def main() -> int:
         out_file.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         print(f"{name}: {json.dumps({k: record.get(k) for k in ('val_loss', 'val_bleu')})}",
               flush=True)
+    return 0
+
+
+def rescore() -> int:
+    commit = _git("rev-parse", "--short", "HEAD")
+    for name, *_ in ROWS:
+        f = RUNS / name / "result.json"
+        if not f.exists():
+            continue
+        record = json.loads(f.read_text(encoding="utf-8"))
+        if "val_nll" in record or "diverged" in record:
+            continue
+        record.update(cross_entropy(RUNS / name), val_nll_commit=commit)
+        f.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        print(f"{name}: val_nll {record['val_nll']}", flush=True)
     return 0
 
 
