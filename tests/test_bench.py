@@ -624,3 +624,23 @@ def test_nn_dropout_variants_use_pytorchs_dropout_only():
     model, _ = ts.build_variant("ours_fp32", TINY, CPU)
     # per encoder layer 2 residual + 1 FFN dropout, per decoder layer 3 + 1
     assert sum(isinstance(m, Dropout) for m in model.modules()) == 7 * TINY.N
+
+
+# --------------------------------------------------------------------------- rnn_speed
+
+
+def test_rnn_speed_main_writes_json(tmp_path, monkeypatch):
+    """Chapter 8's race benchmark: both models step on the same batches, ratios recorded."""
+    from bench import rnn_speed
+
+    out = tmp_path / "rnn.json"
+    argv = ["rnn_speed", "--steps", "1", "--threads", "1", "--out", str(out)]
+    monkeypatch.setattr("sys.argv", argv)
+    assert rnn_speed.main() == 0
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    assert row["threads"] == 1 and row["transformer_tokens_per_s"] > 0
+    ratio = row["transformer_tokens_per_s"] / row["gru_tokens_per_s"]
+    assert row["transformer_over_gru"] == pytest.approx(ratio)
+    assert set(data["parameters"]) == {"transformer", "gru"}
+    assert data["command"] == "python -m bench.rnn_speed --steps 1"

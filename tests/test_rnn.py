@@ -143,3 +143,27 @@ def test_trainer_trains_resumes_and_translates_with_the_gru(tmp_path):
     more = trainer.train(dataclasses.replace(cfg, max_steps=5), tmp_path / "run", resume=True,
                          progress=False)
     assert more["steps"] == 5
+
+
+def test_the_race_results_are_committed_and_comparable():
+    """results/baseline_*.json (chapter 8's race): same data, budget, scorer and system."""
+    import json
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    runs = {name: json.loads((results / f"baseline_{name}.json").read_text(encoding="utf-8"))
+            for name in ("transformer", "gru")}
+    assert runs["transformer"]["config"]["arch"] == "transformer"
+    assert runs["gru"]["config"]["arch"] == "gru"
+    for r in runs.values():
+        assert r["system"] == "best" and r["time_limit_minutes"] == 30
+        assert {"best_greedy", "best_beam4"} <= set(r["scores"])
+        assert r["bleu"] == r["scores"]["best_beam4"]["bleu"]
+        assert all("minutes" in h and "val_bleu" in h for h in r["history"])
+        assert "OMP_NUM_THREADS=1" in r["command"]
+    same = ("src_lang", "tgt_lang", "vocab_size", "max_tokens", "label_smoothing", "seed",
+            "precision", "time_limit_min")
+    assert {k: runs["gru"]["config"][k] for k in same} == {
+        k: runs["transformer"]["config"][k] for k in same
+    }
+    assert runs["gru"]["signature"] == runs["transformer"]["signature"]
