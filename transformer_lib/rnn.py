@@ -51,7 +51,11 @@ class GRUTranslator(nn.Module):
         share_embeddings: bool = True,
     ) -> None:
         super().__init__()
-        for name, n, lo in (("vocab", vocab, 1), ("d_model", d_model, 2), ("N", N, 2)):
+        for name, n, lo in (
+            ("vocab", vocab, 1),
+            ("d_model", d_model, 2),
+            ("N", N, 2),
+        ):
             if isinstance(n, bool) or not isinstance(n, int) or n < lo:
                 raise ValueError(f"{name} must be an integer >= {lo}, got {n!r}")
         if d_model % 2:
