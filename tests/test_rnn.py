@@ -129,6 +129,23 @@ def test_config_refuses_an_unknown_arch():
         trainer.Config(arch="lstm")
 
 
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(N=1), r"N must be >= 2 for arch = 'gru'"),
+        (dict(d_model=255, h=5), r"d_model must be even for arch = 'gru'"),
+    ],
+)
+def test_config_checks_the_gru_before_any_work(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        trainer.Config(arch="gru", **kwargs)
+
+
+def test_config_does_not_ask_the_gru_for_heads():
+    cfg = trainer.Config(arch="gru", d_model=250, h=4)  # 4 does not divide 250: no heads here
+    assert cfg.build_model(300).d_model == 250
+
+
 def test_trainer_trains_resumes_and_translates_with_the_gru(tmp_path):
     cfg = trainer.Config(arch="gru", N=2, d_model=32, train_limit=64, val_limit=8,
                          vocab_size=300, max_tokens=400, epochs=1, max_steps=3, warmup=2,

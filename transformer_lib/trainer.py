@@ -241,11 +241,16 @@ def _validate(cfg: Config) -> None:
         value = getattr(cfg, key)
         if not ok(value):
             raise ValueError(f"config: {key} must be {text}, got {value!r}")
+    transformer = cfg.arch == "transformer"  # the GRU baseline has no heads or positions
     problems = [
-        (cfg.d_model % cfg.h != 0, f"h must divide d_model, got h = {cfg.h}, "
-                                   f"d_model = {cfg.d_model}"),
-        (cfg.positional == "sinusoidal" and cfg.d_model % 2 == 1,
+        (transformer and cfg.d_model % cfg.h != 0, f"h must divide d_model, got h = {cfg.h}, "
+                                                   f"d_model = {cfg.d_model}"),
+        (transformer and cfg.positional == "sinusoidal" and cfg.d_model % 2 == 1,
          f"d_model must be even for sinusoidal positions, got {cfg.d_model}"),
+        (not transformer and cfg.N < 2, f"N must be >= 2 for arch = 'gru' (a decoder layer "
+                                        f"asks attention, the others read it), got {cfg.N}"),
+        (not transformer and cfg.d_model % 2 == 1,
+         f"d_model must be even for arch = 'gru' (two encoder directions), got {cfg.d_model}"),
         (cfg.src_lang == cfg.tgt_lang, f"src_lang and tgt_lang must differ, both are "
                                        f"{cfg.src_lang!r}"),
         (cfg.average_last > cfg.keep_last, f"average_last ({cfg.average_last}) cannot exceed "
