@@ -1,28 +1,18 @@
 """tools/ablations.py (the paper's Table 3, re-run small) and the results file chapter 10 reads."""
 
 import dataclasses
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from _tools import load_tool
 
 from transformer_lib import trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tool():
-    path = ROOT / "tools" / "ablations.py"
-    spec = importlib.util.spec_from_file_location("ablations", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ABL = _tool()
+ABL = load_tool("ablations")
 
 
 def test_rows_have_unique_names_and_cover_the_papers_groups():

@@ -3,13 +3,12 @@ a self-contained, accessible SVG that fits a page column."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from _tools import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "book" / "figures"
@@ -33,17 +32,7 @@ EXPECTED = {
 }
 
 
-def _load_tool():
-    """tools/ is not a package: load the script by path (registered first, as dataclasses need)."""
-    path = ROOT / "tools" / "draw_figures.py"
-    spec = importlib.util.spec_from_file_location("draw_figures", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-draw = _load_tool()
+draw = load_tool("draw_figures")
 
 
 def test_committed_drawings_match_the_script(capsys):

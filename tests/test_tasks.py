@@ -6,7 +6,6 @@ Makefile ran before it delegated to tools/tasks.py, and the Makefile must run no
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -14,19 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from _tools import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tasks = _load("tasks")
-envcheck = _load("envcheck")
+tasks = load_tool("tasks")
+envcheck = load_tool("envcheck")
 
 # `make test` as the Makefile defined it at 41ddb1b, step by step (after the install step).
 MAKE_TEST_LINUX = [
