@@ -128,6 +128,10 @@ class Config:
     accum: int = 1  # micro-batches per optimizer step and process
     lr_factor: float = 1.0  # the Noam schedule's scale
     warmup: int = 800
+    # "noam": the paper's warm-up then 1/sqrt(step). "linear": the same warm-up to the same
+    # peak, then straight down to 0 as the budget (time_limit_min or max_steps) runs out, so
+    # the last updates are small however fast the machine is (chapter 8, time to quality).
+    schedule: str = "noam"
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
@@ -219,7 +223,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "positional": _choice("sinusoidal", "learned"), "max_positions": _int(1),
     "arch": _choice("transformer", "gru"),
     "epochs": _int(1), "accum": _int(1), "lr_factor": _num(lambda v: v > 0, "a number > 0"),
-    "warmup": _int(1),
+    "warmup": _int(1), "schedule": _choice("noam", "linear"),
     "adam_betas": ((lambda v: isinstance(v, (tuple, list)) and len(v) == 2
                     and all(_is_num(b) and 0 <= b < 1 for b in v)),
                    "two numbers in [0, 1), e.g. [0.9, 0.98]"),
@@ -253,6 +257,9 @@ def _validate(cfg: Config) -> None:
          f"d_model must be even for arch = 'gru' (two encoder directions), got {cfg.d_model}"),
         (cfg.src_lang == cfg.tgt_lang, f"src_lang and tgt_lang must differ, both are "
                                        f"{cfg.src_lang!r}"),
+        (cfg.schedule == "linear" and not (cfg.time_limit_min or cfg.max_steps),
+         "schedule = 'linear' decays to 0 at the end of the budget: set time_limit_min or "
+         "max_steps"),
         (cfg.average_last > cfg.keep_last, f"average_last ({cfg.average_last}) cannot exceed "
                                            f"keep_last ({cfg.keep_last}), the snapshots kept"),
     ]
@@ -615,13 +622,12 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
         model.parameters(), lr=1.0, betas=cfg.adam_betas, eps=cfg.adam_eps,
         weight_decay=cfg.weight_decay, fused=device.type in ("cpu", "cuda") or None,
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: rate(s, cfg.d_model, cfg.lr_factor, cfg.warmup)
-    )
     state, saved_step = _State(), None
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(cfg, state))
     if info is not None:
         info = load_checkpoint(last, model, optimizer, scheduler, map_location=device)
-        state = _State(**info["train_state"])
+        # in place: the schedule reads this object's progress
+        vars(state).update(vars(_State(**info["train_state"])))
         saved_step = state.step
         # Every process continues from its own random state (dropout masks, shuffling).
         saved = info["extra"]["rng"]
@@ -633,6 +639,36 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
     if rank == 0:  # the epoch's loss so far counts once, on rank 0
         run.loss_sum, run.tok_sum = state.epoch_loss, state.epoch_tokens
     return run
+
+
+def budget_spent(cfg: Config, step: int, train_seconds: float) -> float:
+    """The fraction in [0, 1] of the run's budget used: steps or minutes, whichever is ahead."""
+    spent = 0.0
+    if cfg.max_steps:
+        spent = step / cfg.max_steps
+    if cfg.time_limit_min:
+        spent = max(spent, train_seconds / (60 * cfg.time_limit_min))
+    return min(spent, 1.0)
+
+
+def lr_multiplier(cfg: Config, state: _State) -> Callable[[int], float]:
+    """The learning rate of optimizer step s, for ``LambdaLR`` with base lr 1.
+
+    "noam" is chapter 6's `rate`. "linear" warms up alike to the same peak, then falls in a
+    straight line to 0 when the budget is spent: peak * min(1, s / warmup) * (1 - spent).
+    A time budget is read from `state.train_seconds` as training goes, so the line ends when
+    the minutes end on any machine. A closure, not an object, so that the scheduler's saved
+    state holds no config.
+    """
+    peak = rate(cfg.warmup, cfg.d_model, cfg.lr_factor, cfg.warmup)
+
+    def multiplier(s: int) -> float:
+        if cfg.schedule == "noam":
+            return rate(s, cfg.d_model, cfg.lr_factor, cfg.warmup)
+        spent = budget_spent(cfg, s, state.train_seconds)
+        return peak * min(1.0, max(s, 1) / cfg.warmup) * (1.0 - spent)
+
+    return multiplier
 
 
 def _train_epochs(run: _Run, progress: bool, on_step: Callable[[int], None] | None):
@@ -686,8 +722,7 @@ def _train_steps(run: _Run, epoch: int, steps: list, t0: float, progress: bool,
 
 def _out_of_budget(cfg: Config, state: _State) -> bool:
     """True once the run's time limit or step budget is used up."""
-    return bool((cfg.time_limit_min and state.train_seconds > 60 * cfg.time_limit_min)
-                or (cfg.max_steps and state.step >= cfg.max_steps))
+    return budget_spent(cfg, state.step, state.train_seconds) >= 1.0
 
 
 def _step(run: _Run, micro: list[list[int]]) -> tuple[float, int]:
