@@ -198,6 +198,45 @@ def test_config_errors(tmp_path):
         trainer.load_config(TINY, precision="fp16")
 
 
+def test_linear_schedule_warms_up_like_noam_then_falls_to_zero_with_the_budget():
+    state = trainer._State()
+    steps = trainer.load_config(TINY, schedule="linear", max_steps=100, warmup=10)
+    lr = trainer.lr_multiplier(steps, state)
+    peak = trainer.rate(10, steps.d_model, steps.lr_factor, 10)
+    noam = trainer.lr_multiplier(dataclasses.replace(steps, schedule="noam"), state)
+    assert [lr(s) for s in (0, 1, 5)] == pytest.approx(
+        [peak * 0.1, peak * 0.1 * 0.99, peak * 0.5 * 0.95])  # step 0 warms as 1
+    assert lr(10) == pytest.approx(peak * 0.9) and lr(10) < noam(10) == pytest.approx(peak)
+    assert [lr(s) for s in (55, 100, 130)] == pytest.approx([peak * 0.45, 0.0, 0.0])
+    assert noam(40) == trainer.rate(40, steps.d_model, steps.lr_factor, 10)
+    # a time budget: the spent fraction is read from the state as training goes
+    minutes = dataclasses.replace(steps, max_steps=None, time_limit_min=2.0)
+    lr = trainer.lr_multiplier(minutes, state)
+    assert lr(50) == pytest.approx(peak)
+    state.train_seconds = 90.0  # 3/4 of two minutes
+    assert lr(50) == pytest.approx(peak / 4)
+    # steps and minutes together: whichever is further spent
+    both = trainer.lr_multiplier(dataclasses.replace(minutes, max_steps=100), state)
+    assert both(10) == pytest.approx(peak / 4) and both(80) == pytest.approx(peak / 5)
+    with pytest.raises(ValueError, match="schedule = 'linear'.*time_limit_min or max_steps"):
+        trainer.load_config(TINY, schedule="linear")
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        trainer.load_config(TINY, schedule="cosine", max_steps=5)
+
+
+def test_linear_schedule_resumes_from_the_time_already_spent(tmp_path):
+    cfg = trainer.load_config(TINY, **OVERRIDES, schedule="linear", time_limit_min=30.0)
+    trainer.train(dataclasses.replace(cfg, epochs=1), tmp_path, progress=False)
+    run = trainer._setup(cfg, tmp_path, True, torch.device("cpu"), 0, 1)
+    spent = run.state.train_seconds / (60 * 30.0)
+    assert run.state.step > 0 and spent > 0
+    peak = trainer.rate(cfg.warmup, cfg.d_model, cfg.lr_factor, cfg.warmup)
+    step = run.state.step
+    expected = peak * min(1.0, step / cfg.warmup) * (1 - spent)
+    assert run.scheduler.lr_lambdas[0](step) == pytest.approx(expected)
+    assert run.scheduler.get_last_lr()[0] == pytest.approx(expected, rel=1e-3)
+
+
 def test_fast_setting_is_bf16_with_the_papers_dropout(tmp_path):
     cfg = trainer.load_config(TINY, fast=True)  # tiny.toml says precision = "fp32": replaced
     assert (cfg.fast, cfg.precision, cfg.attn_dropout, cfg.ffn_dropout) == (True, "bf16", 0, 0)

@@ -6,7 +6,9 @@
 
 For the best (by validation BLEU), the averaged and the last checkpoint it computes sacreBLEU on
 test_2016_flickr with greedy decoding and with beam search; the reported result is the one
-system named by --system (fixed in advance: averaged + beam). It stores: the scores and the
+system named by --system: fixed in advance (averaged + beam), or `validation`, the checkpoint
+whose beam-search BLEU on the validation set is highest (chosen before any test score is
+looked at; the validation scores are stored beside the test scores). It stores: the scores and the
 signature, the per-epoch history, the config, the parameter count, the wall time, ten test
 translations beside their references, the worst-scored short sentences (for the chapter's
 discussion of failures), and every attention map (all layers and heads of encoder
@@ -43,8 +45,10 @@ def main() -> int:
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument(
         "--system", default="averaged",
+        choices=["best", "averaged", "last", "validation"],
         help="the checkpoint whose beam-search score is THE result, fixed before looking at test "
-        "scores (choosing the best test score would tune on the test set)",
+        "scores (choosing the best test score would tune on the test set); 'validation': the "
+        "checkpoint with the highest beam-search BLEU on the validation set",
     )
     ap.add_argument(
         "--wall-minutes", type=float,
@@ -64,12 +68,17 @@ def main() -> int:
     import sacrebleu
 
     pairs = load_multi30k("test")[: args.limit]
+    present = [c for c in args.checkpoints if (args.run / c).is_dir()]
+    selection = None
+    if args.system == "validation":  # decided here, before any test sentence is translated
+        selection = {c: trainer.evaluate(args.run / c, "val", beam_size=args.beam)["bleu"]
+                     for c in present}
+        args.system = max(selection, key=selection.get)
+        print("validation BLEU (beam):", selection, "->", args.system, flush=True)
     scores, hyps_by = {}, {}
     # best: best validation BLEU; averaged: mean of the last epoch snapshots; last: the weights
     # when training stopped (with a time limit, part of an epoch after the last snapshot).
-    for ckpt in args.checkpoints:
-        if not (args.run / ckpt).is_dir():
-            continue
+    for ckpt in present:
         for beam in (1, args.beam):
             res = trainer.evaluate(args.run / ckpt, "test", beam_size=beam, limit=args.limit)
             key = f"{ckpt}_{'greedy' if beam == 1 else f'beam{beam}'}"
@@ -108,6 +117,9 @@ def main() -> int:
         "task": "Multi30k task 1, German -> English, test_2016_flickr (1,000 sentences)",
         "bleu": scores[chosen]["bleu"],
         "system": chosen,
+        # with --system validation: each checkpoint's validation BLEU (beam) that chose it
+        "selection": {"on": "val", "beam_size": args.beam, "bleu": selection}
+        if selection else {"on": "fixed in advance"},
         "signature": scores[chosen]["signature"],
         "scores": scores,
         "command": args.command,
