@@ -651,21 +651,21 @@ def budget_spent(cfg: Config, step: int, train_seconds: float) -> float:
     return min(spent, 1.0)
 
 
-def lr_multiplier(cfg: Config, state: _State) -> Callable[[int], float]:
+def lr_multiplier(cfg: Config, state: _State | None = None) -> Callable[[int], float]:
     """The learning rate of optimizer step s, for ``LambdaLR`` with base lr 1.
 
     "noam" is chapter 6's `rate`. "linear" warms up alike to the same peak, then falls in a
     straight line to 0 when the budget is spent: peak * min(1, s / warmup) * (1 - spent).
     A time budget is read from `state.train_seconds` as training goes, so the line ends when
-    the minutes end on any machine. A closure, not an object, so that the scheduler's saved
-    state holds no config.
+    the minutes end on any machine (`state` None: no time spent, for plots). A closure, not
+    an object, so that the scheduler's saved state holds no config.
     """
     peak = rate(cfg.warmup, cfg.d_model, cfg.lr_factor, cfg.warmup)
 
     def multiplier(s: int) -> float:
         if cfg.schedule == "noam":
             return rate(s, cfg.d_model, cfg.lr_factor, cfg.warmup)
-        spent = budget_spent(cfg, s, state.train_seconds)
+        spent = budget_spent(cfg, s, state.train_seconds if state is not None else 0.0)
         return peak * min(1.0, max(s, 1) / cfg.warmup) * (1.0 - spent)
 
     return multiplier
