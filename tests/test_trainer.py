@@ -218,6 +218,11 @@ def test_linear_schedule_warms_up_like_noam_then_falls_to_zero_with_the_budget()
     # steps and minutes together: whichever is further spent
     both = trainer.lr_multiplier(dataclasses.replace(minutes, max_steps=100), state)
     assert both(10) == pytest.approx(peak / 4) and both(80) == pytest.approx(peak / 5)
+    # cooldown: hold the peak, then fall over the last 40% of the budget
+    hold = trainer.lr_multiplier(dataclasses.replace(steps, cooldown=0.4), state)
+    assert [hold(s) for s in (10, 60, 80, 100)] == pytest.approx([peak, peak, peak / 2, 0.0])
+    with pytest.raises(ValueError, match="cooldown must be a number in"):
+        trainer.load_config(TINY, schedule="linear", max_steps=5, cooldown=0)
     with pytest.raises(ValueError, match="schedule = 'linear'.*time_limit_min or max_steps"):
         trainer.load_config(TINY, schedule="linear")
     with pytest.raises(ValueError, match="schedule must be one of"):
@@ -258,3 +263,30 @@ def test_fast_setting_is_bf16_with_the_papers_dropout(tmp_path):
         trainer.load_config(in_file, attn_dropout=0.1)
     args = cli._parser().parse_args(["train", "--config", str(TINY), "--run", "r", "--fast"])
     assert args.fast is True
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.toml")), ids=lambda p: p.name)
+def test_every_committed_config_loads(path):
+    cfg = trainer.load_config(path)
+    assert cfg.epochs >= 1
+
+
+def test_time_to_quality_results_are_chosen_on_validation_and_match_their_configs():
+    """results/ttq_*.json (chapter 8): the committed config, its commit, the system it reports."""
+    for name, minutes in (("30min_fast", 30), ("30min", 30), ("60min", 60)):
+        r = json.loads((ROOT / "results" / f"ttq_{name}.json").read_text(encoding="utf-8"))
+        config = ROOT / "configs" / f"multi30k_{name}.toml"
+        assert str(config.relative_to(ROOT)) in r["command"]
+        as_json = json.dumps(dataclasses.asdict(trainer.load_config(config)))
+        assert r["config"] == json.loads(as_json)
+        assert r["time_limit_minutes"] == minutes and r["config"]["schedule"] == "linear"
+        # the reported system won on validation (beam search), not on test
+        sel = r["selection"]
+        assert sel["on"] == "val" and set(sel["bleu"]) == {"best", "averaged", "last"}
+        assert r["system"] == f"{max(sel['bleu'], key=sel['bleu'].get)}_beam{sel['beam_size']}"
+        assert r["bleu"] == r["scores"][r["system"]]["bleu"]
+        assert len(r["scores"]) == 6 and r["signature"].startswith("nrefs:1|case:mixed")
+        # the whole command (data, BPE, training, the last validation, averaging) fit the budget
+        assert r["wall_minutes_total"] is not None
+        assert r["history"][-1]["minutes"] <= minutes + 0.5
+        assert all({"minutes", "val_loss", "val_bleu"} <= set(h) for h in r["history"])

@@ -132,6 +132,7 @@ class Config:
     # peak, then straight down to 0 as the budget (time_limit_min or max_steps) runs out, so
     # the last updates are small however fast the machine is (chapter 8, time to quality).
     schedule: str = "noam"
+    cooldown: float = 1.0  # "linear": the last fraction of the budget spent falling to 0
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
@@ -224,6 +225,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "arch": _choice("transformer", "gru"),
     "epochs": _int(1), "accum": _int(1), "lr_factor": _num(lambda v: v > 0, "a number > 0"),
     "warmup": _int(1), "schedule": _choice("noam", "linear"),
+    "cooldown": _num(lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "adam_betas": ((lambda v: isinstance(v, (tuple, list)) and len(v) == 2
                     and all(_is_num(b) and 0 <= b < 1 for b in v)),
                    "two numbers in [0, 1), e.g. [0.9, 0.98]"),
@@ -654,8 +656,10 @@ def budget_spent(cfg: Config, step: int, train_seconds: float) -> float:
 def lr_multiplier(cfg: Config, state: _State | None = None) -> Callable[[int], float]:
     """The learning rate of optimizer step s, for ``LambdaLR`` with base lr 1.
 
-    "noam" is chapter 6's `rate`. "linear" warms up alike to the same peak, then falls in a
-    straight line to 0 when the budget is spent: peak * min(1, s / warmup) * (1 - spent).
+    "noam" is chapter 6's `rate`. "linear" warms up alike to the same peak, holds it, and
+    falls in a straight line to 0 over the last `cooldown` of the budget:
+    peak * min(1, s / warmup) * min(1, (1 - spent) / cooldown). With cooldown 1 the fall
+    starts at once; with 0.4 the rate stays at its peak for the first 60% of the budget.
     A time budget is read from `state.train_seconds` as training goes, so the line ends when
     the minutes end on any machine (`state` None: no time spent, for plots). A closure, not
     an object, so that the scheduler's saved state holds no config.
@@ -666,7 +670,7 @@ def lr_multiplier(cfg: Config, state: _State | None = None) -> Callable[[int], f
         if cfg.schedule == "noam":
             return rate(s, cfg.d_model, cfg.lr_factor, cfg.warmup)
         spent = budget_spent(cfg, s, state.train_seconds if state is not None else 0.0)
-        return peak * min(1.0, max(s, 1) / cfg.warmup) * (1.0 - spent)
+        return peak * min(1.0, max(s, 1) / cfg.warmup) * min(1.0, (1.0 - spent) / cfg.cooldown)
 
     return multiplier
 
