@@ -128,11 +128,12 @@ class Config:
     accum: int = 1  # micro-batches per optimizer step and process
     lr_factor: float = 1.0  # the Noam schedule's scale
     warmup: int = 800
-    # "noam": the paper's warm-up then 1/sqrt(step). "linear": the same warm-up to the same
-    # peak, then straight down to 0 as the budget (time_limit_min or max_steps) runs out, so
-    # the last updates are small however fast the machine is (chapter 8, time to quality).
+    # "noam": the paper's warm-up then 1/sqrt(step). "linear": the same warm-up, then straight
+    # down to 0 as the budget (time_limit_min or max_steps) runs out, so the last updates are
+    # small however fast the machine is (chapter 8, time to quality); with cooldown < 1 it
+    # holds its peak until only that fraction of the budget is left (see `lr_multiplier`).
     schedule: str = "noam"
-    cooldown: float = 1.0  # "linear": the last fraction of the budget spent falling to 0
+    cooldown: float = 1.0
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
@@ -262,6 +263,8 @@ def _validate(cfg: Config) -> None:
         (cfg.schedule == "linear" and not (cfg.time_limit_min or cfg.max_steps),
          "schedule = 'linear' decays to 0 at the end of the budget: set time_limit_min or "
          "max_steps"),
+        (cfg.schedule == "noam" and cfg.cooldown != 1.0,
+         f"cooldown ({cfg.cooldown}) applies to schedule = 'linear' only"),
         (cfg.average_last > cfg.keep_last, f"average_last ({cfg.average_last}) cannot exceed "
                                            f"keep_last ({cfg.keep_last}), the snapshots kept"),
     ]
