@@ -203,7 +203,8 @@ def test_linear_schedule_warms_up_like_noam_then_falls_to_zero_with_the_budget()
     steps = trainer.load_config(TINY, schedule="linear", max_steps=100, warmup=10)
     lr = trainer.lr_multiplier(steps, state)
     peak = trainer.rate(10, steps.d_model, steps.lr_factor, 10)
-    noam = trainer.lr_multiplier(dataclasses.replace(steps, schedule="noam"), state)
+    noam = trainer.lr_multiplier(
+        dataclasses.replace(steps, schedule="noam", cooldown=None), state)
     assert [lr(s) for s in (0, 1, 5)] == pytest.approx(
         [peak * 0.1, peak * 0.1 * 0.99, peak * 0.5 * 0.95])  # step 0 warms as 1
     assert lr(10) == pytest.approx(peak * 0.9) and lr(10) < noam(10) == pytest.approx(peak)
@@ -221,9 +222,15 @@ def test_linear_schedule_warms_up_like_noam_then_falls_to_zero_with_the_budget()
     # cooldown: hold the peak, then fall over the last 40% of the budget
     hold = trainer.lr_multiplier(dataclasses.replace(steps, cooldown=0.4), state)
     assert [hold(s) for s in (10, 60, 80, 100)] == pytest.approx([peak, peak, peak / 2, 0.0])
-    with pytest.raises(ValueError, match=r"cooldown \(0.5\) applies to schedule = 'linear'"):
+    # on "noam": the paper's decay until the last 40%, then scaled by the same falling line
+    noam_cool = trainer.lr_multiplier(
+        dataclasses.replace(steps, schedule="noam", cooldown=0.4), state)
+    assert [noam_cool(s) for s in (5, 40, 60, 80, 100)] == pytest.approx(
+        [noam(5), noam(40), noam(60), noam(80) / 2, 0.0])
+    assert trainer.load_config(TINY).cooldown is None  # the default: no cool-down on noam
+    with pytest.raises(ValueError, match=r"cooldown \(0.5\) falls to 0.*time_limit_min"):
         trainer.load_config(TINY, cooldown=0.5)
-    with pytest.raises(ValueError, match="cooldown must be a number in"):
+    with pytest.raises(ValueError, match=r"cooldown must be None or a number in \(0, 1\]"):
         trainer.load_config(TINY, schedule="linear", max_steps=5, cooldown=0)
     with pytest.raises(ValueError, match="schedule = 'linear'.*time_limit_min or max_steps"):
         trainer.load_config(TINY, schedule="linear")
@@ -280,7 +287,8 @@ def test_time_to_quality_results_are_chosen_on_validation_and_match_their_config
         config = ROOT / "configs" / f"multi30k_{name}.toml"
         assert str(config.relative_to(ROOT)) in r["command"]
         expected = json.loads(json.dumps(dataclasses.asdict(trainer.load_config(config))))
-        default = json.loads(json.dumps(dataclasses.asdict(trainer.Config())))
+        default = json.loads(json.dumps(dataclasses.asdict(trainer.Config(
+            schedule=r["config"]["schedule"], time_limit_min=minutes))))
         # keys added to Config after the run have their defaults in the config file
         assert {k: expected[k] for k in r["config"]} == r["config"]
         assert all(expected[k] == default[k] for k in expected.keys() - r["config"].keys())

@@ -130,10 +130,12 @@ class Config:
     warmup: int = 800
     # "noam": the paper's warm-up then 1/sqrt(step). "linear": the same warm-up, then straight
     # down to 0 as the budget (time_limit_min or max_steps) runs out, so the last updates are
-    # small however fast the machine is (chapter 8, time to quality); with cooldown < 1 it
-    # holds its peak until only that fraction of the budget is left (see `lr_multiplier`).
+    # small however fast the machine is (chapter 8, time to quality). cooldown c in (0, 1]
+    # scales either schedule by a line that falls from 1 to 0 over the last fraction c of the
+    # budget: "linear" then holds its peak until then, "noam" decays as usual until then.
+    # None: "linear" falls over the whole budget (c = 1), "noam" has no cool-down.
     schedule: str = "noam"
-    cooldown: float = 1.0
+    cooldown: float | None = None
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
@@ -163,6 +165,8 @@ class Config:
         _validate(self)
         if self.fast:
             self.precision, self.attn_dropout, self.ffn_dropout = "bf16", 0.0, 0.0
+        if self.schedule == "linear" and self.cooldown is None:  # falls over the whole budget
+            self.cooldown = 1.0
 
     def build_model(self, vocab: int) -> nn.Module:
         """The model this config describes, for a joint vocabulary of `vocab` subwords."""
@@ -226,7 +230,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "arch": _choice("transformer", "gru"),
     "epochs": _int(1), "accum": _int(1), "lr_factor": _num(lambda v: v > 0, "a number > 0"),
     "warmup": _int(1), "schedule": _choice("noam", "linear"),
-    "cooldown": _num(lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "cooldown": _num(lambda v: 0 < v <= 1, "a number in (0, 1]", optional=True),
     "adam_betas": ((lambda v: isinstance(v, (tuple, list)) and len(v) == 2
                     and all(_is_num(b) and 0 <= b < 1 for b in v)),
                    "two numbers in [0, 1), e.g. [0.9, 0.98]"),
@@ -263,8 +267,9 @@ def _validate(cfg: Config) -> None:
         (cfg.schedule == "linear" and not (cfg.time_limit_min or cfg.max_steps),
          "schedule = 'linear' decays to 0 at the end of the budget: set time_limit_min or "
          "max_steps"),
-        (cfg.schedule == "noam" and cfg.cooldown != 1.0,
-         f"cooldown ({cfg.cooldown}) applies to schedule = 'linear' only"),
+        (cfg.cooldown is not None and not (cfg.time_limit_min or cfg.max_steps),
+         f"cooldown ({cfg.cooldown}) falls to 0 at the end of the budget: set "
+         f"time_limit_min or max_steps"),
         (cfg.average_last > cfg.keep_last, f"average_last ({cfg.average_last}) cannot exceed "
                                            f"keep_last ({cfg.keep_last}), the snapshots kept"),
     ]
@@ -659,21 +664,27 @@ def budget_spent(cfg: Config, step: int, train_seconds: float) -> float:
 def lr_multiplier(cfg: Config, state: _State | None = None) -> Callable[[int], float]:
     """The learning rate of optimizer step s, for ``LambdaLR`` with base lr 1.
 
-    "noam" is chapter 6's `rate`. "linear" warms up alike to the same peak, holds it, and
-    falls in a straight line to 0 over the last `cooldown` of the budget:
-    peak * min(1, s / warmup) * min(1, (1 - spent) / cooldown). With cooldown 1 the fall
-    starts at once; with 0.4 the rate stays at its peak for the first 60% of the budget.
+    "noam" is chapter 6's `rate`; "linear" warms up alike to the same peak and holds it:
+    peak * min(1, s / warmup). A cool-down then multiplies either by
+    min(1, (1 - spent) / cooldown), a line that falls to 0 over the last `cooldown` of the
+    budget ("linear" alone: cooldown 1, the fall starts at once; "noam" alone: none). With
+    cooldown 0.4 "linear" stays at its peak for the first 60% of the budget.
     A time budget is read from `state.train_seconds` as training goes, so the line ends when
     the minutes end on any machine (`state` None: no time spent, for plots). A closure, not
     an object, so that the scheduler's saved state holds no config.
     """
     peak = rate(cfg.warmup, cfg.d_model, cfg.lr_factor, cfg.warmup)
+    cooldown = cfg.cooldown  # "linear" has 1.0 for None (Config.__post_init__)
 
     def multiplier(s: int) -> float:
         if cfg.schedule == "noam":
-            return rate(s, cfg.d_model, cfg.lr_factor, cfg.warmup)
+            lr = rate(s, cfg.d_model, cfg.lr_factor, cfg.warmup)
+        else:
+            lr = peak * min(1.0, max(s, 1) / cfg.warmup)
+        if cooldown is None:
+            return lr
         spent = budget_spent(cfg, s, state.train_seconds if state is not None else 0.0)
-        return peak * min(1.0, max(s, 1) / cfg.warmup) * min(1.0, (1.0 - spent) / cfg.cooldown)
+        return lr * min(1.0, (1.0 - spent) / cooldown)
 
     return multiplier
 
