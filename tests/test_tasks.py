@@ -25,7 +25,7 @@ envcheck = load_tool("envcheck")
 MAKE_TEST_LINUX = [
     ".venv/bin/ruff check .",
     ".venv/bin/python tools/export.py --check",
-    ".venv/bin/pytest -n 2 -q tests",
+    "OMP_NUM_THREADS=1 .venv/bin/pytest -n 2 -q tests",
     ".venv/bin/pytest -q -p no:randomly --nbval chapters --nbval-sanitize-with "
     "tests/nbval_sanitize.cfg -n 2 --dist loadfile",
     "bash tools/browser_deps.sh",
@@ -125,7 +125,8 @@ def test_execute_defaults_to_every_chapter_in_order(monkeypatch):
 
 
 def test_arguments_replace_the_default_paths():
-    assert plan("unit", "tests/test_masks.py") == [".venv/bin/pytest -n 2 -q tests/test_masks.py"]
+    assert plan("unit", "tests/test_masks.py") == [
+        "OMP_NUM_THREADS=1 .venv/bin/pytest -n 2 -q tests/test_masks.py"]
     assert (
         "--nbval chapters/02_masks.ipynb --nbval-sanitize-with"
         in plan("nbval", "chapters/02_masks.ipynb")[0]
