@@ -282,7 +282,9 @@ def test_every_committed_config_loads(path):
 
 def test_time_to_quality_results_are_chosen_on_validation_and_match_their_configs():
     """results/ttq_*.json (chapter 8): the committed config, its commit, the system it reports."""
-    for name, minutes in (("30min_fast", 30), ("30min", 30), ("60min", 60)):
+    runs = (("30min_fast", 30, "linear"), ("30min", 30, "linear"),
+            ("30min_cooldown", 30, "noam"), ("60min", 60, "linear"))
+    for name, minutes, schedule in runs:
         r = json.loads((ROOT / "results" / f"ttq_{name}.json").read_text(encoding="utf-8"))
         config = ROOT / "configs" / f"multi30k_{name}.toml"
         assert str(config.relative_to(ROOT)) in r["command"]
@@ -292,7 +294,7 @@ def test_time_to_quality_results_are_chosen_on_validation_and_match_their_config
         # keys added to Config after the run have their defaults in the config file
         assert {k: expected[k] for k in r["config"]} == r["config"]
         assert all(expected[k] == default[k] for k in expected.keys() - r["config"].keys())
-        assert r["time_limit_minutes"] == minutes and r["config"]["schedule"] == "linear"
+        assert r["time_limit_minutes"] == minutes and r["config"]["schedule"] == schedule
         # the reported system won on validation (beam search), not on test
         sel = r["selection"]
         assert sel["on"] == "val" and set(sel["bleu"]) == {"best", "averaged", "last"}
