@@ -674,17 +674,16 @@ def lr_multiplier(cfg: Config, state: _State | None = None) -> Callable[[int], f
     an object, so that the scheduler's saved state holds no config.
     """
     peak = rate(cfg.warmup, cfg.d_model, cfg.lr_factor, cfg.warmup)
-    cooldown = cfg.cooldown  # "linear" has 1.0 for None (Config.__post_init__)
 
     def multiplier(s: int) -> float:
         if cfg.schedule == "noam":
             lr = rate(s, cfg.d_model, cfg.lr_factor, cfg.warmup)
         else:
             lr = peak * min(1.0, max(s, 1) / cfg.warmup)
-        if cooldown is None:
+        if cfg.cooldown is None:  # "noam" alone ("linear" has 1.0: Config.__post_init__)
             return lr
         spent = budget_spent(cfg, s, state.train_seconds if state is not None else 0.0)
-        return lr * min(1.0, (1.0 - spent) / cooldown)
+        return lr * min(1.0, (1.0 - spent) / cfg.cooldown)
 
     return multiplier
 
