@@ -122,6 +122,39 @@ def test_evaluate_scores_any_file_pair_plain_or_gzipped(tmp_path, monkeypatch, c
     assert 0 < result["bleu"] <= 100
 
 
+def test_evaluate_and_translate_take_the_length_penalty(shipped, tmp_path, monkeypatch,
+                                                        capsys):
+    import json
+
+    # alpha 0 ranks beams by plain log-probability (short outputs), 3 strongly favours long ones
+    src = ["Ein Hund rennt durch den Schnee.", "Zwei Männer spielen Fußball im Park."]
+    ref = ["A dog runs through the snow.", "Two men are playing soccer in the park."]
+    (tmp_path / "a.de").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "a.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    model, tok, cfg = shipped
+    wants = []
+    for alpha in (0.0, 3.0):
+        want = translate_sentences(model, tok, src, beam_size=3, **cfg.decode_kwargs(alpha))
+        wants.append(want)
+        out_json = tmp_path / f"result_{alpha}.json"
+        status, _, err = _cli(
+            ["evaluate", "--src", str(tmp_path / "a.de"), "--ref", str(tmp_path / "a.en"),
+             "--beam", "3", "--length-penalty", str(alpha), "--output", str(out_json)],
+            b"", monkeypatch, capsys,
+        )
+        assert status == 0, err
+        result = json.loads(out_json.read_text(encoding="utf-8"))
+        assert result["length_penalty"] == alpha and result["hypotheses"] == want
+        status, out, err = _cli(["translate", "--beam", "3", "--length-penalty", str(alpha)],
+                                ("\n".join(src) + "\n").encode(), monkeypatch, capsys)
+        assert status == 0, err
+        assert out.splitlines() == want
+    assert wants[0] != wants[1]  # "Two men playing soccer" (alpha 0) gains its "are" (alpha 3)
+    assert cfg.decode_kwargs()["length_penalty"] == cfg.length_penalty  # None keeps the config's
+    with pytest.raises(ValueError, match="length_penalty must be a number >= 0"):
+        cfg.decode_kwargs(-1.0)
+
+
 @pytest.mark.parametrize(
     "files, argv_extra, match, status",
     [

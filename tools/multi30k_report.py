@@ -8,7 +8,9 @@ For the best (by validation BLEU), the averaged and the last checkpoint it compu
 test_2016_flickr with greedy decoding and with beam search; the reported result is the one
 system named by --system: fixed in advance (averaged + beam), or `validation`, the checkpoint
 whose beam-search BLEU on the validation set is highest (chosen before any test score is
-looked at; the validation scores are stored beside the test scores). It stores: the scores and the
+looked at; the validation scores are stored beside the test scores). With --length-penalties,
+validation chooses beam search's alpha together with the checkpoint, and the test scores at the
+config's alpha are kept beside those at the chosen one. It stores: the scores and the
 signature, the per-epoch history, the config, the parameter count, the wall time, ten test
 translations beside their references, the worst-scored short sentences (for the chapter's
 discussion of failures), and every attention map (all layers and heads of encoder
@@ -54,10 +56,17 @@ def main() -> int:
         "--wall-minutes", type=float,
         help="wall time of the whole training command (data, tokenizer, training, averaging)",
     )
-    ap.add_argument("--limit", type=int, help="only the first n test sentences (smoke tests)")
+    ap.add_argument("--limit", type=int,
+                    help="only the first n test (and validation) sentences (smoke tests)")
     ap.add_argument(
         "--checkpoints", nargs="+", default=["best", "averaged", "last"],
         choices=["best", "averaged", "last"], help="the checkpoints to score (default: all)",
+    )
+    ap.add_argument(
+        "--length-penalties", nargs="+", type=float, metavar="ALPHA",
+        help="with --system validation: choose beam search's length penalty on the validation "
+        "set too, with the checkpoint, among these alphas (default: the config's alone); the "
+        "test scores at the config's alpha are kept beside the chosen system's",
     )
     ap.add_argument("--note", default="", help="anything a reader of the numbers must know")
     args = ap.parse_args()
@@ -69,12 +78,27 @@ def main() -> int:
 
     pairs = load_multi30k("test")[: args.limit]
     present = [c for c in args.checkpoints if (args.run / c).is_dir()]
-    selection = None
+    config_alpha = json.loads((args.run / "config.json").read_text())["length_penalty"]
+    if args.length_penalties and args.system != "validation":
+        ap.error("--length-penalties needs --system validation (alpha is chosen on validation)")
+    alphas = sorted({config_alpha, *(args.length_penalties or [])})
+    selection, alpha = None, config_alpha
     if args.system == "validation":  # decided here, before any test sentence is translated
-        selection = {c: trainer.evaluate(args.run / c, "val", beam_size=args.beam)["bleu"]
-                     for c in present}
+        grid = {c: {a: trainer.evaluate(args.run / c, "val", beam_size=args.beam,
+                                        limit=args.limit, length_penalty=a)["bleu"]
+                    for a in alphas}
+                for c in present}
+        print("validation BLEU (beam) per checkpoint and alpha:", grid, flush=True)
+        # at the config's alpha, as for runs scored before alphas were chosen
+        selection = {c: grid[c][config_alpha] for c in present}
         args.system = max(selection, key=selection.get)
-        print("validation BLEU (beam):", selection, "->", args.system, flush=True)
+        if len(alphas) > 1:  # the checkpoint and alpha together (ties: the config's alpha)
+            ckpt, alpha = max(((c, a) for c in present for a in alphas),
+                              key=lambda ca: (grid[ca[0]][ca[1]], ca[1] == config_alpha))
+            alpha_choice = {"config": config_alpha, "chosen": alpha,
+                            "checkpoint": ckpt, "grid": grid}
+            print(f"-> {ckpt}, alpha {alpha} (at alpha {config_alpha}: {args.system})",
+                  flush=True)
     scores, hyps_by = {}, {}
     # best: best validation BLEU; averaged: mean of the last epoch snapshots; last: the weights
     # when training stopped (with a time limit, part of an epoch after the last snapshot).
@@ -89,12 +113,25 @@ def main() -> int:
             }
             hyps_by[key] = res["hypotheses"]
             print(key, res["score_line"], flush=True)
+        if alpha != config_alpha:  # beam search at the alpha chosen on validation
+            res = trainer.evaluate(args.run / ckpt, "test", beam_size=args.beam,
+                                   limit=args.limit, length_penalty=alpha)
+            key = f"{ckpt}_beam{args.beam}_alpha{alpha:g}"
+            scores[key] = {
+                "checkpoint": ckpt, "beam_size": args.beam, "length_penalty": alpha,
+                "bleu": res["bleu"], "score_line": res["score_line"],
+                "signature": res["signature"], "seconds": res["seconds"],
+            }
+            hyps_by[key] = res["hypotheses"]
+            print(key, res["score_line"], flush=True)
     chosen = f"{args.system}_beam{args.beam}"
+    if alpha != config_alpha:
+        chosen = f"{alpha_choice['checkpoint']}_beam{args.beam}_alpha{alpha:g}"
     model, tok, cfg = trainer.load_model(args.run / scores[chosen]["checkpoint"])
     hyps = hyps_by[chosen]
     examples = [
         {"source": s, "reference": r, "hypothesis": hyps[i],
-         "greedy": hyps_by[chosen.replace(f"beam{args.beam}", "greedy")][i]}
+         "greedy": hyps_by[f"{scores[chosen]['checkpoint']}_greedy"][i]}
         for i, (s, r) in enumerate(pairs[:10])
     ]
     # Failures: the lowest sentence-level BLEU among sentences of 6-14 reference words.
@@ -120,6 +157,9 @@ def main() -> int:
         # with --system validation: each checkpoint's validation BLEU (beam) that chose it
         "selection": {"on": "val", "beam_size": args.beam, "bleu": selection}
         if selection else {"on": "fixed in advance"},
+        # with --length-penalties: the validation BLEU of every checkpoint at every alpha, and
+        # the pair chosen there ("selection" above is the choice at the config's alpha alone)
+        **({"length_penalty": alpha_choice} if len(alphas) > 1 else {}),
         "signature": scores[chosen]["signature"],
         "scores": scores,
         "command": args.command,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import traceback
 from pathlib import Path
@@ -44,6 +45,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def _alpha(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
     return value
 
 
@@ -85,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--ref", help="the reference translations of --src, line by line")
     e.add_argument("--beam", type=_positive_int,
                    help="beam size (1 = greedy; default: the checkpoint config's beam_size)")
+    e.add_argument("--length-penalty", type=_alpha,
+                   help="beam search's length penalty alpha (default: the checkpoint config's "
+                        "length_penalty; larger favours longer translations)")
     e.add_argument("--data-dir")
     e.add_argument("--limit", type=_positive_int, help="only the first n sentences")
     e.add_argument("--output", help="write the JSON result (with hypotheses) here")
@@ -93,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--checkpoint", help="a checkpoint directory (default: the shipped model)")
     r.add_argument("--beam", type=_positive_int,
                    help="beam size (1 = greedy; default: the checkpoint config's beam_size)")
+    r.add_argument("--length-penalty", type=_alpha,
+                   help="beam search's length penalty alpha (default: the checkpoint config's "
+                        "length_penalty; larger favours longer translations)")
     r.add_argument("--max-input-len", type=_positive_int, default=256,
                    help="refuse lines of more subwords (default 256)")
     return p
@@ -154,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             result = trainer.evaluate(
                 _checkpoint(args), args.split, args.beam, data_dir=args.data_dir,
-                limit=args.limit,
+                limit=args.limit, length_penalty=args.length_penalty,
             )
         if args.output:
             Path(args.output).write_text(
@@ -194,7 +211,8 @@ def _translate(args: argparse.Namespace) -> int:
         sentences[number] = text
     beam = cfg.beam_size if args.beam is None else args.beam
     done = trainer.translate_sentences(model, tok, list(sentences.values()), beam_size=beam,
-                                       max_input_len=None, **cfg.decode_kwargs())
+                                       max_input_len=None,
+                                       **cfg.decode_kwargs(args.length_penalty))
     translated = dict(zip(sentences, done))
     for number in range(1, len(lines) + 1):
         print(translated.get(number, ""))
@@ -249,12 +267,14 @@ def _evaluate_files(args: argparse.Namespace) -> dict:
     pairs = list(zip(sources, refs))[: args.limit]
     model, tok, cfg = trainer.load_model(_checkpoint(args))
     beam = cfg.beam_size if args.beam is None else args.beam
+    kwargs = cfg.decode_kwargs(args.length_penalty)
     start = time.perf_counter()
     hyps = trainer.translate_sentences(model, tok, [s for s, _ in pairs], beam_size=beam,
-                                       max_input_len=None, **cfg.decode_kwargs())
+                                       max_input_len=None, **kwargs)
     score = trainer.bleu(hyps, pairs)
     return {
-        "src": args.src, "ref": args.ref, "beam_size": beam, "bleu": round(score.score, 2),
+        "src": args.src, "ref": args.ref, "beam_size": beam,
+        "length_penalty": kwargs["length_penalty"], "bleu": round(score.score, 2),
         "signature": trainer.bleu_signature(), "score_line": str(score),
         "sentences": len(pairs), "seconds": round(time.perf_counter() - start, 1),
         "hypotheses": hyps,

@@ -185,9 +185,17 @@ class Config:
             max_len=self.max_positions, pad_idx=PAD,
         )
 
-    def decode_kwargs(self) -> dict[str, Any]:
-        """The settings of ``translate_sentences`` this config holds (beam width aside)."""
-        return dict(length_penalty=self.length_penalty, max_len_a=self.max_len_a,
+    def decode_kwargs(self, length_penalty: float | None = None) -> dict[str, Any]:
+        """The settings of ``translate_sentences`` this config holds (beam width aside).
+
+        `length_penalty`: replaces the config's alpha (None: keep it), e.g. one chosen on the
+        validation set after training (``tools/multi30k_report.py --length-penalties``).
+        """
+        if length_penalty is not None and not (_is_num(length_penalty) and length_penalty >= 0):
+            raise ValueError(f"length_penalty must be a number >= 0 (beam search's alpha), "
+                             f"got {length_penalty!r}")
+        alpha = self.length_penalty if length_penalty is None else length_penalty
+        return dict(length_penalty=alpha, max_len_a=self.max_len_a,
                     max_len_b=self.max_len_b, precision=self.precision)
 
 
@@ -1113,24 +1121,28 @@ def evaluate(
     data_dir: str | None = None,
     limit: int | None = None,
     device: torch.device | None = None,
+    length_penalty: float | None = None,
 ) -> dict[str, Any]:
     """sacreBLEU of a checkpoint on a Multi30k split, with the hypotheses and the signature.
 
-    `beam_size` None: the checkpoint config's ``beam_size``. `limit`: the first n pairs.
+    `beam_size`, `length_penalty` None: the checkpoint config's ``beam_size`` and
+    ``length_penalty`` (beam search's alpha). `limit`: the first n pairs.
     """
     _check_translate_args(1 if beam_size is None else beam_size, 1, limit)
     device = device or _default_device()
     model, tok, cfg = load_model(checkpoint, device)
     beam_size = cfg.beam_size if beam_size is None else beam_size
+    kwargs = cfg.decode_kwargs(length_penalty)
     pairs = load_multi30k(split, data_dir or cfg.data_dir, cfg.src_lang, cfg.tgt_lang,
                           limit=limit)
     start = time.perf_counter()
     hyps = translate_sentences(model, tok, [s for s, _ in pairs], beam_size=beam_size,
-                               max_input_len=None, **cfg.decode_kwargs())
+                               max_input_len=None, **kwargs)
     score = bleu(hyps, pairs)
     return {
         "split": split,
         "beam_size": beam_size,
+        "length_penalty": kwargs["length_penalty"],
         "bleu": round(score.score, 2),
         "signature": bleu_signature(),
         "score_line": str(score),
