@@ -284,7 +284,7 @@ def test_time_to_quality_results_are_chosen_on_validation_and_match_their_config
     """results/ttq_*.json (chapter 8): the committed config, its commit, the system it reports."""
     runs = (("30min_fast", 30, "linear"), ("30min", 30, "linear"),
             ("30min_cooldown", 30, "noam"), ("60min", 60, "linear"),
-            ("60min_cooldown", 60, "noam"))
+            ("60min_cooldown", 60, "noam"), ("60min_fast", 60, "linear"))
     for name, minutes, schedule in runs:
         r = json.loads((ROOT / "results" / f"ttq_{name}.json").read_text(encoding="utf-8"))
         config = ROOT / "configs" / f"multi30k_{name}.toml"
@@ -299,9 +299,21 @@ def test_time_to_quality_results_are_chosen_on_validation_and_match_their_config
         # the reported system won on validation (beam search), not on test
         sel = r["selection"]
         assert sel["on"] == "val" and set(sel["bleu"]) == {"best", "averaged", "last"}
-        assert r["system"] == f"{max(sel['bleu'], key=sel['bleu'].get)}_beam{sel['beam_size']}"
+        at_config_alpha = f"{max(sel['bleu'], key=sel['bleu'].get)}_beam{sel['beam_size']}"
+        system, n_scores = at_config_alpha, 6
+        if "length_penalty" in r:  # alpha chosen with the checkpoint, on validation too
+            lp = r["length_penalty"]
+            grid = lp["grid"]  # checkpoint -> alpha (a JSON key) -> validation BLEU
+            assert lp["config"] == r["config"]["length_penalty"]
+            assert {c: g[str(float(lp["config"]))] for c, g in grid.items()} == sel["bleu"]
+            assert grid[lp["checkpoint"]][str(float(lp["chosen"]))] == max(
+                v for g in grid.values() for v in g.values())
+            if lp["chosen"] != lp["config"]:
+                system = f"{lp['checkpoint']}_beam{sel['beam_size']}_alpha{lp['chosen']:g}"
+                n_scores = 9
+        assert r["system"] == system and at_config_alpha in r["scores"]
         assert r["bleu"] == r["scores"][r["system"]]["bleu"]
-        assert len(r["scores"]) == 6 and r["signature"].startswith("nrefs:1|case:mixed")
+        assert len(r["scores"]) == n_scores and r["signature"].startswith("nrefs:1|case:mixed")
         # training stopped at its limit; the whole command's wall time (data, BPE, the last
         # validation, averaging) is recorded beside it, as the chapter's table shows
         assert r["history"][-1]["minutes"] <= minutes + 0.5

@@ -7,6 +7,7 @@
         --run-dir runs/ddp
     python -m transformer_lib evaluate --checkpoint runs/small/averaged --split test --beam 4
     python -m transformer_lib evaluate --src news.de.gz --ref news.en.gz   # any file pair
+    python -m transformer_lib evaluate --split val --beam 4 --length-penalty 1.2
     echo "Ein Hund rennt im Schnee." | \
         python -m transformer_lib translate --checkpoint runs/small/best
 
