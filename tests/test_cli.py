@@ -50,6 +50,8 @@ def _one_error_line(capsys) -> str:
         (["evaluate", "--length-penalty", "-0.5"], "--length-penalty: must be a number >= 0"),
         (["translate", "--length-penalty", "nan"], "--length-penalty: must be a number >= 0"),
         (["translate", "--length-penalty", "long"], "--length-penalty: must be a number >= 0"),
+        (["translate", "--beam", "1", "--length-penalty", "1"], "applies to beam search"),
+        (["evaluate", "--beam", "1", "--length-penalty", "0"], "applies to beam search"),
         (["train", "--config", "c", "--run-dir", "r", "--epochs", "two"], "--epochs"),
         (["train", "--config", "c"], "--run-dir"),
         (["fly"], "invalid choice"),

@@ -164,6 +164,8 @@ def _run(args: argparse.Namespace) -> int:
             last = result["history"][-1]
             print(json.dumps({k: last[k] for k in last if not isinstance(last[k], list)}))
         return 0
+    if args.beam == 1 and args.length_penalty is not None:  # greedy has no length penalty
+        raise _UsageError("--length-penalty applies to beam search: use it with --beam 2 or more")
     if args.command == "evaluate":
         if (args.src is None) != (args.ref is None):
             raise _UsageError("--src and --ref go together")
