@@ -93,11 +93,11 @@ def main() -> int:
         selection = {c: grid[c][config_alpha] for c in present}
         args.system = max(selection, key=selection.get)
         if len(alphas) > 1:  # the checkpoint and alpha together (ties: the config's alpha)
-            ckpt, alpha = max(((c, a) for c in present for a in alphas),
+            pick, alpha = max(((c, a) for c in present for a in alphas),
                               key=lambda ca: (grid[ca[0]][ca[1]], ca[1] == config_alpha))
             alpha_choice = {"config": config_alpha, "chosen": alpha,
-                            "checkpoint": ckpt, "grid": grid}
-            print(f"-> {ckpt}, alpha {alpha} (at alpha {config_alpha}: {args.system})",
+                            "checkpoint": pick, "grid": grid}
+            print(f"-> {pick}, alpha {alpha} (at alpha {config_alpha}: {args.system})",
                   flush=True)
     scores, hyps_by = {}, {}
     # best: best validation BLEU; averaged: mean of the last epoch snapshots; last: the weights
@@ -126,7 +126,7 @@ def main() -> int:
             print(key, res["score_line"], flush=True)
     chosen = f"{args.system}_beam{args.beam}"
     if alpha != config_alpha:
-        chosen = f"{alpha_choice['checkpoint']}_beam{args.beam}_alpha{alpha:g}"
+        chosen = f"{pick}_beam{args.beam}_alpha{alpha:g}"
     model, tok, cfg = trainer.load_model(args.run / scores[chosen]["checkpoint"])
     hyps = hyps_by[chosen]
     examples = [
