@@ -153,6 +153,9 @@ def main() -> int:
     result = {
         "task": "Multi30k task 1, German -> English, test_2016_flickr (1,000 sentences)",
         "bleu": scores[chosen]["bleu"],
+        # before the rounding to two decimals that sacreBLEU prints: a score that lands on
+        # a target to the printed digit may still be below it
+        "bleu_unrounded": trainer.bleu(hyps, pairs).score,
         "system": chosen,
         # with --system validation: each checkpoint's validation BLEU (beam) that chose it
         "selection": {"on": "val", "beam_size": args.beam, "bleu": selection}
