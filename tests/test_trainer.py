@@ -48,8 +48,11 @@ class Interrupt(Exception):
     pass
 
 
-def test_resume_after_an_interruption_gives_the_same_weights(tmp_path):
-    cfg = trainer.load_config(TINY, **OVERRIDES, dropout=0.1)  # dropout: the RNG state matters
+@pytest.mark.parametrize("decay", [{}, {"weight_decay": 0.01, "decoupled_weight_decay": True}],
+                         ids=["adam", "adamw"])
+def test_resume_after_an_interruption_gives_the_same_weights(tmp_path, decay):
+    # dropout: the RNG state matters; AdamW: two parameter groups to save and restore
+    cfg = trainer.load_config(TINY, **OVERRIDES, dropout=0.1, **decay)
     full = trainer.train(cfg, tmp_path / "full", progress=False)
     assert full["steps"] >= 8, "the run is too short to interrupt mid-epoch"
 
@@ -196,6 +199,32 @@ def test_config_errors(tmp_path):
         trainer.load_config(bad)
     with pytest.raises(ValueError, match="precision"):
         trainer.load_config(TINY, precision="fp16")
+
+
+def test_decoupled_weight_decay_shrinks_weight_matrices_only():
+    cfg = trainer.load_config(TINY, weight_decay=0.1, decoupled_weight_decay=True)
+    model = cfg.build_model(50)
+    cpu = torch.device("cpu")
+    opt = trainer.make_optimizer(cfg, model, cpu)
+    assert isinstance(opt, torch.optim.AdamW)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    assert any(p.dim() < 2 for p in before.values())  # biases and LayerNorm gains
+    # With zero gradients Adam's own step is 0, so what moves is the decay alone:
+    # w <- w * (1 - lr * weight_decay) for matrices, nothing for the rest.
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    for group in opt.param_groups:
+        group["lr"] = 0.5
+    opt.step()
+    for n, p in model.named_parameters():
+        shrink = 1 - 0.5 * 0.1 if p.dim() >= 2 else 1.0
+        assert_close(p.detach(), before[n] * shrink, msg=n)
+    # the default: Adam's coupled L2, one group of every parameter
+    plain = trainer.make_optimizer(trainer.load_config(TINY, weight_decay=0.1), model, cpu)
+    assert type(plain) is torch.optim.Adam and len(plain.param_groups) == 1
+    assert plain.param_groups[0]["weight_decay"] == 0.1
+    with pytest.raises(ValueError, match="decoupled_weight_decay must be true or false"):
+        trainer.load_config(TINY, decoupled_weight_decay="yes")
 
 
 def test_linear_schedule_warms_up_like_noam_then_falls_to_zero_with_the_budget():

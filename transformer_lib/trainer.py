@@ -70,6 +70,7 @@ __all__ = [
     "Config",
     "RESUMABLE_CHANGES",
     "load_config",
+    "make_optimizer",
     "parameter_count",
     "train",
     "evaluate",
@@ -139,6 +140,11 @@ class Config:
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
+    # False: Adam's weight decay, an L2 term added to every parameter's gradient, which Adam
+    # then rescales per coordinate like the rest of the gradient. True: AdamW's decoupled
+    # decay (Loshchilov & Hutter), w -= lr * weight_decay * w beside the Adam step, on the
+    # weight matrices and embeddings only: biases and LayerNorm gains are not pulled to 0.
+    decoupled_weight_decay: bool = False
     label_smoothing: float = 0.1
     clip_norm: float | None = 1.0
     precision: str = "fp32"  # "fp32" or "bf16" (autocast; weights and optimizer stay fp32)
@@ -244,6 +250,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
                    "two numbers in [0, 1), e.g. [0.9, 0.98]"),
     "adam_eps": _num(lambda v: v > 0, "a number > 0"),
     "weight_decay": _num(lambda v: v >= 0, "a number >= 0"), "label_smoothing": _PROB,
+    "decoupled_weight_decay": _BOOL,
     "clip_norm": _num(lambda v: v > 0, "a number > 0", optional=True),
     "precision": _choice("fp32", "bf16"), "seed": _int(0), "save_every": _int(1),
     "keep_last": _int(1), "average_last": _int(0), "bleu_every": _int(0), "beam_size": _int(1),
@@ -623,6 +630,24 @@ def train(
     return {"history": history, "steps": run.state.step, "minutes": run.state.train_seconds / 60}
 
 
+def make_optimizer(cfg: Config, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    """Adam with the config's betas, eps and weight decay (AdamW if `decoupled_weight_decay`).
+
+    The learning rate is 1: the schedule (`lr_multiplier`) sets it at every step.
+    """
+    # fused: one kernel updates every parameter (PyTorch's foreach Adam makes several passes)
+    common = dict(lr=1.0, betas=cfg.adam_betas, eps=cfg.adam_eps,
+                  fused=device.type in ("cpu", "cuda") or None)
+    if not cfg.decoupled_weight_decay:
+        return torch.optim.Adam(model.parameters(), weight_decay=cfg.weight_decay, **common)
+    params = list(model.parameters())  # a tied embedding appears once
+    return torch.optim.AdamW(
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        **common,
+    )
+
+
 def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank: int,
            world: int) -> _Run:
     """Data, model, optimizer and schedule; with `resume`, their state from RUN/last."""
@@ -635,11 +660,7 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
     )
     vocab = tok.get_vocab_size()
     model = cfg.build_model(vocab).to(device)
-    # fused: one kernel updates every parameter (PyTorch's foreach Adam makes several passes)
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=1.0, betas=cfg.adam_betas, eps=cfg.adam_eps,
-        weight_decay=cfg.weight_decay, fused=device.type in ("cpu", "cuda") or None,
-    )
+    optimizer = make_optimizer(cfg, model, device)
     state, saved_step = _State(), None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(cfg, state))
     if info is not None:
