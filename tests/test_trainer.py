@@ -318,7 +318,8 @@ def test_time_to_quality_results_are_chosen_on_validation_and_match_their_config
             ("60min_half_batch_high_lr", 60, "linear"),
             ("60min_quarter_batch_seed2", 60, "linear"),
             ("60min_quarter_batch_dropout", 60, "linear"),
-            ("60min_half_batch_low_lr", 60, "linear"))
+            ("60min_half_batch_low_lr", 60, "linear"),
+            ("60min_quarter_batch_low_dropout", 60, "linear"))
     for name, minutes, schedule in runs:
         r = json.loads((ROOT / "results" / f"ttq_{name}.json").read_text(encoding="utf-8"))
         config = ROOT / "configs" / f"multi30k_{name}.toml"
