@@ -6,7 +6,7 @@
 PYTHON ?= python3
 TASKS := $(PYTHON) tools/tasks.py
 
-.PHONY: book test install export export-check lint unit nbval book-check browser-deps execute envcheck pin clean
+.PHONY: book test test-emulated install export export-check lint unit nbval book-check browser-deps execute envcheck pin clean
 
 install:
 	$(TASKS) install
@@ -18,6 +18,12 @@ book:
 ## make test: lint, package-vs-chapters check, unit tests, nbval over every chapter, site build
 test:
 	$(TASKS) test
+
+# unit + nbval again on an imitated older CPU (CPU=avx2 for the other kind): the stored outputs
+# and the tests' thresholds must not depend on the machine that wrote them.
+CPU ?= baseline
+test-emulated:
+	$(TASKS) test-emulated $(CPU)
 
 lint:
 	$(TASKS) lint

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from transformer_lib.trainer import resolve_precision
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 
@@ -73,7 +75,13 @@ def load_average() -> list[float] | None:
 
 
 def machine_description() -> dict[str, Any]:
-    """CPU model, cores, relevant CPU flags, torch version and threads, load average."""
+    """CPU model, cores, relevant CPU flags, torch version and threads, load average.
+
+    ``bf16_native``: whether oneDNN runs bfloat16 natively on this CPU (elsewhere bf16
+    autocast is emulated and slower than fp32); ``precision_auto``: what the trainer's
+    precision "auto" (and ``fast``) resolves to on it.
+    """
+    auto = resolve_precision("auto", torch.device("cpu"))  # bf16 exactly where it is native
     return {
         "cpu_model": _cpu_model(),
         "cpu_flags": _cpu_flags(),
@@ -81,6 +89,8 @@ def machine_description() -> dict[str, Any]:
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "bf16_native": auto == "bf16",
+        "precision_auto": auto,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "load_average_start": load_average(),

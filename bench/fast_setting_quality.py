@@ -65,7 +65,7 @@ def run_setting(
         "setting": name,
         "config_overrides": {k: v for k, v in overrides.items() if k != "time_limit_min"},
         "resolved": {
-            "precision": cfg.precision,
+            "precision": result["precision"],  # "auto" (fast) as this machine resolved it
             "dropout": cfg.dropout,
             "attn_dropout": cfg.dropout if cfg.attn_dropout is None else cfg.attn_dropout,
             "ffn_dropout": cfg.dropout if cfg.ffn_dropout is None else cfg.ffn_dropout,

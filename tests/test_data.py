@@ -6,8 +6,12 @@ import functools
 import gzip
 import hashlib
 import http.server
+import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import threading
 import unicodedata
 from pathlib import Path
@@ -20,13 +24,13 @@ from hypothesis import strategies as st
 from transformer_lib import data
 from transformer_lib.data import BOS, EOS, PAD, UNK
 
+# Where the tests read Multi30k: the local mirror (tests/conftest.py sets MULTI30K_DIR as the
+# task runner does), else the user cache, filled on first use by the `multi30k` marker.
 DATA = data.default_data_dir()
 FILES = list(data.SHA256)
+ROOT = Path(__file__).resolve().parents[1]
 
-needs_data = pytest.mark.skipif(
-    not all((DATA / f).is_file() for f in FILES),
-    reason=f"the Multi30k files are not in {DATA} (set MULTI30K_DIR or run data.download())",
-)
+needs_data = pytest.mark.multi30k
 
 
 def _write_gz(path: Path, text: str) -> Path:
@@ -45,10 +49,11 @@ def _copy(names: list[str], dest: Path) -> Path:
 
 
 @needs_data
-def test_embedded_checksums_match_the_shared_sha256sums_file():
-    sums = (DATA / "SHA256SUMS").read_text().split("\n")
-    listed = {name: digest for digest, name in (line.split() for line in sums if line.strip())}
-    assert listed == data.SHA256
+def test_embedded_checksums_match_the_files_and_the_mirrors_sha256sums():
+    if (DATA / "SHA256SUMS").is_file():  # the local mirror lists them; the cache does not
+        sums = (DATA / "SHA256SUMS").read_text().split("\n")
+        listed = {name: digest for digest, name in (line.split() for line in sums if line.strip())}
+        assert listed == data.SHA256
     for name in FILES:  # and the files themselves (independent hashing, no cache)
         assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == data.SHA256[name]
 
@@ -150,27 +155,47 @@ def test_bad_arguments(tmp_path, kwargs, message):
         data.load_multi30k(data_dir=tmp_path, **kwargs)
 
 
-def test_default_data_dir(monkeypatch, tmp_path):
+def test_default_data_dir_is_multi30k_dir_else_the_user_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "mine"))
     assert data.default_data_dir() == tmp_path / "mine"
     monkeypatch.delenv("MULTI30K_DIR")
-    root = Path(data.__file__).resolve().parents[1]
-    shared = root.parent / "shared" / "data" / "multi30k"
-    if shared.is_dir():
-        assert data.default_data_dir() == shared
-    # A package with no shared copy next to it falls back to the user's cache.
-    fake = tmp_path / "project" / "transformer_lib" / "data.py"
-    monkeypatch.setattr(data, "__file__", str(fake))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert data.default_data_dir() == tmp_path / "xdg" / "transformer_lib" / "multi30k"
+    # Unset, empty or relative XDG_CACHE_HOME: ~/.cache (the XDG rule). Nothing else is looked
+    # at, the repository's surroundings included (tools/tasks.py sets MULTI30K_DIR for those).
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert data.default_data_dir() == tmp_path / "home" / ".cache" / "transformer_lib" / "multi30k"
+    monkeypatch.setenv("USERPROFILE", str(tmp_path / "home"))  # Path.home() on Windows
+    home_cache = tmp_path / "home" / ".cache" / "transformer_lib" / "multi30k"
+    for xdg in ("", "relative/cache"):
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+        assert data.default_data_dir() == home_cache
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert data.default_data_dir() == home_cache
+
+
+def test_a_missing_file_in_multi30k_dir_is_an_error_not_a_download(monkeypatch, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    monkeypatch.setenv("MULTI30K_DIR", str(mine))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("MULTI30K_URL", "http://127.0.0.1:9/never-asked")
+    with pytest.raises(FileNotFoundError) as err:
+        data.load_multi30k("val")
+    message = str(err.value)
+    for needle in ("val.de.gz", f"MULTI30K_DIR={mine}", "download(", "unset MULTI30K_DIR",
+                   str(tmp_path / "cache")):  # fmt: skip
+        assert needle in message, needle
+    assert list(mine.iterdir()) == []
+    assert not (tmp_path / "cache").exists()
 
 
 # ----------------------------------------------------------------------------- download
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    """Serves the shared Multi30k files, corrupting or hiding some when told to."""
+    """Serves the Multi30k files of `root`, corrupting or hiding some when told to."""
 
+    root: Path = DATA
     corrupt: frozenset[str] = frozenset()
     missing: frozenset[str] = frozenset()
     requests: list[str]
@@ -178,10 +203,10 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's naming)
         name = self.path.rsplit("/", 1)[-1]
         self.requests.append(name)
-        if name in self.missing or name not in data.SHA256:
+        if name in self.missing or name not in data.SHA256 or not (self.root / name).is_file():
             self.send_error(404, "Not Found")
             return
-        body = (DATA / name).read_bytes()
+        body = (self.root / name).read_bytes()
         if name in self.corrupt:
             body = body[:100] + bytes([body[100] ^ 0xFF]) + body[101:]
         self.send_response(200)
@@ -195,16 +220,17 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    """Start a local HTTP server on an ephemeral port; yields a factory (corrupt, missing)."""
+    """Start a local HTTP server on an ephemeral port; yields a factory (corrupt, missing, root)."""
     running = []
 
-    def start(corrupt=(), missing=()):
+    def start(corrupt=(), missing=(), root=DATA):
         requests: list[str] = []
         handler = type(
             "H",
             (_Handler,),
-            {"corrupt": frozenset(corrupt), "missing": frozenset(missing), "requests": requests},
-        )
+            {"corrupt": frozenset(corrupt), "missing": frozenset(missing), "requests": requests,
+             "root": Path(root)},
+        )  # fmt: skip
         srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
         thread.start()
@@ -272,6 +298,112 @@ def test_download_unreachable_server_and_unknown_file(tmp_path):
     with pytest.raises(OSError, match=r"http://127\.0\.0\.1:9/val\.de\.gz failed"):
         data.download(tmp_path, base_url="http://127.0.0.1:9", files=["val.de.gz"], timeout=5)
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- first use
+
+# What a reader's first `load_multi30k` does on a fresh clone, run in a process of its own.
+FIRST_USE = """
+import json
+from transformer_lib import data
+first = data.load_multi30k("val")
+again = data.load_multi30k("val")
+print(json.dumps({"pairs": len(first), "same": first == again,
+                  "folder": str(data.default_data_dir())}))
+"""
+
+
+def _fresh_machine(tmp_path: Path, url: str) -> dict[str, str]:
+    """This environment as a fresh clone sees it: no MULTI30K_DIR, empty home and cache."""
+    env = {k: v for k, v in os.environ.items() if k != "MULTI30K_DIR"}
+    home = str(tmp_path / "home")
+    env.update(HOME=home, USERPROFILE=home, XDG_CACHE_HOME=str(tmp_path / "cache"),
+               MULTI30K_URL=url)  # fmt: skip
+    return env
+
+
+def _files_under(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:  # bound, then released: nothing listens there afterwards
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@needs_data
+def test_first_use_downloads_verifies_and_caches(server, tmp_path, monkeypatch):
+    served = _copy(["val.de.gz", "val.en.gz"], tmp_path / "served")
+    url, requests = server(root=served)
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_USE], env=_fresh_machine(tmp_path, url), cwd=ROOT,
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cache = tmp_path / "cache" / "transformer_lib" / "multi30k"
+    assert json.loads(done.stdout) == {"pairs": 1014, "same": True, "folder": str(cache)}
+    # One request per file: the second call read the cache. Only verified files, no temp files.
+    assert sorted(requests) == ["val.de.gz", "val.en.gz"]
+    assert _files_under(tmp_path / "cache") == ["val.de.gz", "val.en.gz"]
+    for name in ("val.de.gz", "val.en.gz"):
+        assert hashlib.sha256((cache / name).read_bytes()).hexdigest() == data.SHA256[name]
+    # stderr was a pipe, as a notebook kernel's is: no progress bar to end up in stored outputs.
+    assert "%|" not in done.stderr and "val.de.gz" not in done.stderr
+    # Another process on the same machine finds the files in the cache.
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("MULTI30K_URL", url)
+    assert len(data.load_multi30k("val")) == 1014
+    assert len(requests) == 2
+
+
+def test_first_use_offline_is_one_error_naming_the_url_and_the_overrides(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/raw"
+    done = subprocess.run(
+        [sys.executable, "-c", "from transformer_lib import data; data.load_multi30k('val')"],
+        env=_fresh_machine(tmp_path, url), cwd=ROOT,
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.count("Traceback") == 1, done.stderr  # one error, not a chain
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("OSError: Multi30k is not in the cache"), last
+    for needle in (f"{url}/val.de.gz", "MULTI30K_URL", "MULTI30K_DIR"):
+        assert needle in last, needle
+    assert _files_under(tmp_path / "cache") == [] and _files_under(tmp_path / "home") == []
+
+
+@needs_data
+def test_first_use_rejects_a_corrupted_file_and_caches_nothing(server, tmp_path, monkeypatch):
+    served = _copy(["val.de.gz", "val.en.gz"], tmp_path / "served")
+    url, _ = server(root=served, corrupt={"val.de.gz", "val.en.gz"})
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("MULTI30K_URL", url)
+    with pytest.raises(ValueError, match=r"val\.de\.gz.*corrupt: SHA-256 expected"):
+        data.load_multi30k("val")
+    assert _files_under(tmp_path / "cache") == []
+
+
+@needs_data
+def test_download_fetches_from_multi30k_url_when_set(server, tmp_path, monkeypatch):
+    url, requests = server()
+    monkeypatch.setenv("MULTI30K_URL", url)
+    data.download(tmp_path / "d", files=["val.de.gz"])
+    assert requests == ["val.de.gz"]
+    monkeypatch.delenv("MULTI30K_URL")
+    assert data._base_url() == data.UPSTREAM
+
+
+@needs_data
+def test_download_progress_bar_only_when_asked(server, tmp_path, capsys):
+    url, _ = server()
+    data.download(tmp_path / "a", base_url=url, files=["val.en.gz"], progress=True)
+    err = capsys.readouterr().err
+    assert "val.en.gz" in err and "100%" in err
+    data.download(tmp_path / "b", base_url=url, files=["val.en.gz"])  # stderr is no terminal
+    assert capsys.readouterr().err == ""
 
 
 # ----------------------------------------------------------------------------- tokenizer

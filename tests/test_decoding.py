@@ -367,7 +367,15 @@ def copy_model():
     g = torch.Generator().manual_seed(0)
     model = make_model(11, 11, N=1, d_model=64, d_ff=128, h=4, dropout=0.0)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
-    warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 50))
+
+    # Warm up for 50 steps, hold, then fall linearly over the second half. At a constant rate
+    # Adam still jumps around at the end, and where it stops depends on the CPU's rounding: the
+    # worst beam score of the test below was -0.019 on one CPU and -0.116 on another. With the
+    # decay it was -0.0016 to -0.0029 on all three CPUs tools/tasks.py test-emulated imitates.
+    def rate(step: int) -> float:
+        return min(1.0, (step + 1) / 50) * min(1.0, max(0.02, (600 - step) / 300))
+
+    warmup = torch.optim.lr_scheduler.LambdaLR(opt, rate)
     for _ in range(600):
         src, tgt = copy_batch(64, g)
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
@@ -397,7 +405,7 @@ def test_trained_copy_model_decodes_the_copy(copy_model, use_cache):
     for b, hyps in enumerate(results):
         (best, score), (second, _) = hyps
         assert best.tolist() == expected[b, : int(lengths[b]) + 2].tolist()  # BOS, copy, EOS
-        assert -0.1 < score <= 0.0  # the copy is near-certain
+        assert -0.1 < score <= 0.0  # the copy is near-certain (measured: -0.003 at worst)
         assert not torch.equal(best, second)
 
 

@@ -411,7 +411,7 @@ def test_parameter_count_from_the_config_matches_the_built_model(changes):
 
 def test_fast_works_on_a_config_made_in_code_and_beam_size_is_the_default_beam(checkpoint_dir):
     cfg = trainer.Config(fast=True)
-    assert (cfg.precision, cfg.attn_dropout, cfg.ffn_dropout) == ("bf16", 0.0, 0.0)
+    assert (cfg.precision, cfg.attn_dropout, cfg.ffn_dropout) == ("auto", 0.0, 0.0)
     with pytest.raises(ValueError, match="fast = true means"):
         trainer.Config(fast=True, attn_dropout=0.1)
     model, tok, cfg = trainer.load_model(checkpoint_dir, torch.device("cpu"))

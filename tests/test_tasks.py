@@ -70,6 +70,21 @@ def test_steps_run_with_the_makefiles_environment():
     assert r.env["PYTHONHASHSEED"] == "0"
 
 
+def test_steps_read_the_local_multi30k_mirror_when_there_is_one(monkeypatch, tmp_path):
+    assert tasks.LOCAL_MULTI30K == ROOT.parent / "shared" / "data" / "multi30k"
+    mirror = tmp_path / "shared" / "data" / "multi30k"
+    monkeypatch.setattr(tasks, "LOCAL_MULTI30K", mirror)
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    # No mirror: MULTI30K_DIR stays unset, so transformer_lib downloads into the user cache.
+    assert "MULTI30K_DIR" not in tasks.Runner(dry_run=True).env
+    mirror.mkdir(parents=True)
+    found = tasks.Runner(dry_run=True).env["MULTI30K_DIR"]
+    assert found == str(mirror.resolve()) and Path(found).is_absolute()
+    # A MULTI30K_DIR of the user's own is kept.
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "mine"))
+    assert tasks.Runner(dry_run=True).env["MULTI30K_DIR"] == str(tmp_path / "mine")
+
+
 def test_install_uses_the_constraints_and_rebuilds_a_stale_venv(monkeypatch):
     monkeypatch.delenv("TASKS_CONSTRAINTS", raising=False)
     steps = plan("install", installed=False)
@@ -211,7 +226,8 @@ def test_every_make_target_delegates_to_its_task():
     targets = _make_targets()
     assert set(targets) == set(tasks.TASKS)
     for name, recipe in targets.items():
-        expected = "$(TASKS) execute $(NB)" if name == "execute" else f"$(TASKS) {name}"
+        arguments = {"execute": " $(NB)", "test-emulated": " $(CPU)"}.get(name, "")
+        expected = f"$(TASKS) {name}{arguments}"
         assert recipe == [expected], f"make {name} runs {recipe}, not the task"
     phony = re.search(r"^\.PHONY:(.*)$", text, re.M).group(1).split()
     assert set(phony) == set(targets)
@@ -223,7 +239,23 @@ def test_ci_run_calls_make_test():
         for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    assert lines[-1] == "make test"
+    # The README's test command, then the same checks on an imitated older CPU.
+    assert lines[-2:] == ["make test", "make test-emulated"]
+
+
+def test_test_emulated_runs_unit_and_nbval_under_each_imitated_cpu(capsys):
+    r = tasks.Runner(dry_run=True, installed=True)
+    tasks.test_emulated(r, ["avx2", "baseline"])
+    said = [line.split(" (")[0] for line in r.log if line.startswith("# emulated CPU")]
+    assert said == ["# emulated CPU: avx2", "# emulated CPU: baseline"]
+    assert "ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2" in "".join(r.log)
+    assert sum("pytest -n 2" in line for line in r.log) == 2  # unit, once per CPU
+    assert sum("--nbval" in line for line in r.log) == 2
+    assert r.env.get("ATEN_CPU_CAPABILITY") == os.environ.get("ATEN_CPU_CAPABILITY")  # restored
+    with pytest.raises(tasks.TaskError, match="unknown emulated CPU"):
+        tasks.test_emulated(r, ["arm"])
+    for env in tasks.EMULATED_CPUS.values():
+        assert set(env) == {"ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA"}
 
 
 # ------------------------------------------------------------------------------ envcheck
@@ -239,7 +271,8 @@ def test_envcheck_prints_every_section_and_exits_0():
     for section in ("[system]", "[python]", "[torch]", "[packages]", "[data]", "[repository]"):
         assert section in out
     for line in ("os: ", "version: CPython", "threads: ", "bf16 matmul (CPU): ",
-                 "bf16 autocast (CPU): ", "multi30k files found: ", "commit: "):  # fmt: skip
+                 "bf16 autocast (CPU): ", "bf16 native (CPU): ", "multi30k files found: ",
+                 "commit: "):  # fmt: skip
         assert f"\n  {line}" in out, line
     import torch
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 from torch.testing import assert_close
 
 from transformer_lib import cli, trainer
@@ -280,9 +281,10 @@ def test_linear_schedule_resumes_from_the_time_already_spent(tmp_path):
     assert run.scheduler.get_last_lr()[0] == pytest.approx(expected, rel=1e-3)
 
 
-def test_fast_setting_is_bf16_with_the_papers_dropout(tmp_path):
+def test_fast_setting_is_auto_precision_with_the_papers_dropout(tmp_path):
     cfg = trainer.load_config(TINY, fast=True)  # tiny.toml says precision = "fp32": replaced
-    assert (cfg.fast, cfg.precision, cfg.attn_dropout, cfg.ffn_dropout) == (True, "bf16", 0, 0)
+    # "auto": bf16 where the machine has it natively, else fp32 (tests below pin the machine)
+    assert (cfg.fast, cfg.precision, cfg.attn_dropout, cfg.ffn_dropout) == (True, "auto", 0, 0)
     model = trainer.make_model(**dataclasses.replace(cfg, dropout=0.2).model_kwargs(50))
     layer = model.decoder.layers[0]
     assert layer.self_attn.dropout.p == layer.src_attn.dropout.p == 0.0  # attention weights
@@ -292,15 +294,96 @@ def test_fast_setting_is_bf16_with_the_papers_dropout(tmp_path):
     plain = trainer.load_config(TINY)
     assert (plain.fast, plain.attn_dropout, plain.ffn_dropout) == (False, None, None)
     # a contradicting value next to `fast` is an error, naming both
-    with pytest.raises(ValueError, match="fast = true.*precision"):
-        trainer.load_config(TINY, fast=True, precision="fp32")
+    for precision in ("fp32", "bf16"):
+        with pytest.raises(ValueError, match="fast = true means precision 'auto'"):
+            trainer.load_config(TINY, fast=True, precision=precision)
     in_file = tmp_path / "fast.toml"
     in_file.write_text(TINY.read_text().replace('precision = "fp32"', "fast = true"))
-    assert trainer.load_config(in_file).precision == "bf16"
+    assert trainer.load_config(in_file).precision == "auto"
     with pytest.raises(ValueError, match="attn_dropout"):
         trainer.load_config(in_file, attn_dropout=0.1)
     args = cli._parser().parse_args(["train", "--config", str(TINY), "--run", "r", "--fast"])
     assert args.fast is True
+
+
+def _pin_bf16(monkeypatch, native: bool) -> None:
+    """Make the CPU report native bf16 (AVX512-BF16, AMX) or not (an AVX2 CPU)."""
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["avx2", "bf16_native"])
+def test_auto_precision_is_bf16_only_where_the_cpu_has_it(monkeypatch, native):
+    _pin_bf16(monkeypatch, native)
+    auto = "bf16" if native else "fp32"
+    assert trainer.resolve_precision("auto", "cpu") == auto
+    assert trainer.resolve_precision("auto", torch.device("cpu")) == auto
+    assert [trainer.resolve_precision(p, "cpu") for p in ("fp32", "bf16")] == ["fp32", "bf16"]
+    assert trainer.resolve_precision("auto", "meta") == "fp32"  # no native bf16 known there
+    has = "has" if native else "has no"
+    assert trainer.precision_note("auto", "cpu") == \
+        f"precision: {auto} (auto: this CPU {has} native bfloat16)"
+    forced = trainer.precision_note("bf16", "cpu")  # an explicit bf16 runs, emulated or not
+    assert (forced == "precision: bf16") if native else ("so it is emulated" in forced)
+    assert trainer.load_config(TINY, precision="auto").precision == "auto"
+    for bad in ("fp16", None, "BF16"):
+        with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16' or 'auto', got"):
+            trainer.resolve_precision(bad, "cpu")
+    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16' or 'auto'"):
+        trainer.translate_sentences(nn.Linear(1, 1), None, ["x"], precision="half")
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["avx2", "bf16_native"])
+def test_fast_trains_in_bf16_only_where_native_and_says_so(monkeypatch, tmp_path, capsys,
+                                                           native):
+    _pin_bf16(monkeypatch, native)
+    used = []
+    step = trainer.train_step
+
+    def spy(*args, **kwargs):
+        used.append(kwargs["precision"])
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train_step", spy)
+    cfg = trainer.load_config(TINY, **{**OVERRIDES, "epochs": 1}, fast=True)
+    result = trainer.train(cfg, tmp_path / "run", progress=True)
+    want = "bf16" if native else "fp32"
+    assert set(used) == {want} and result["precision"] == want
+    assert [r["precision"] for r in result["history"]] == [want]
+    # the config records the order; what it resolved to is in the history
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["precision"] == "auto"
+    notes = [line for line in capsys.readouterr().err.splitlines()
+             if line.startswith("precision: ")]
+    if native:
+        assert notes == ["precision: bf16 (auto: this CPU has native bfloat16)"]
+    else:
+        assert len(notes) == 1 and notes[0].startswith("precision: fp32 (fast: this CPU has no "
+                                                       "native bfloat16")
+        assert "paper's dropout placement" in notes[0]
+
+
+def test_a_run_resumed_on_the_other_kind_of_cpu_resolves_auto_again(monkeypatch, tmp_path):
+    """"auto" (and fast) is an order for the machine that runs: a run started where bf16 is
+    native continues in fp32 on an AVX2 CPU (weights and Adam state are fp32 either way), and
+    the other way round; each epoch's record names its precision."""
+    cfg = trainer.load_config(TINY, **{**OVERRIDES, "epochs": 1}, fast=True)
+    _pin_bf16(monkeypatch, True)
+    trainer.train(cfg, tmp_path, progress=False)
+    _pin_bf16(monkeypatch, False)
+    out = trainer.train(dataclasses.replace(cfg, epochs=2), tmp_path, resume=True,
+                        progress=False)
+    assert [r["precision"] for r in out["history"]] == ["bf16", "fp32"]
+    _pin_bf16(monkeypatch, True)
+    out = trainer.train(dataclasses.replace(cfg, epochs=3), tmp_path, resume=True,
+                        progress=False)
+    assert [r["precision"] for r in out["history"]] == ["bf16", "fp32", "bf16"]
+    # A fast run saved while fast meant "bf16" resumes as "auto" (what fast means now) ...
+    old = {**dataclasses.asdict(cfg), "precision": "bf16"}
+    trainer._check_same_config(cfg, old, tmp_path)
+    # ... but an explicit precision stays part of the run's definition.
+    plain = trainer.load_config(TINY, precision="auto")
+    with pytest.raises(ValueError, match="precision: 'bf16' in the run, 'auto' now"):
+        trainer._check_same_config(plain, {**dataclasses.asdict(plain), "precision": "bf16"},
+                                   tmp_path)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.toml")), ids=lambda p: p.name)
@@ -327,8 +410,11 @@ def test_time_to_quality_results_are_chosen_on_validation_and_match_their_config
         expected = json.loads(json.dumps(dataclasses.asdict(trainer.load_config(config))))
         default = json.loads(json.dumps(dataclasses.asdict(trainer.Config(
             schedule=r["config"]["schedule"], time_limit_min=minutes))))
+        recorded = dict(r["config"])
+        if recorded.get("fast"):  # saved when fast meant "bf16" (what "auto" is there); now "auto"
+            recorded["precision"] = "auto"
         # keys added to Config after the run have their defaults in the config file
-        assert {k: expected[k] for k in r["config"]} == r["config"]
+        assert {k: expected[k] for k in recorded} == recorded
         assert all(expected[k] == default[k] for k in expected.keys() - r["config"].keys())
         assert r["time_limit_minutes"] == minutes and r["config"]["schedule"] == schedule
         # the reported system won on validation (beam search), not on test

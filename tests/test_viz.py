@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import altair as alt
 import pandas as pd
@@ -168,3 +170,70 @@ def test_renderer_embeds_the_spec_safely(book):
     assert "</script>" not in body  # would end the <script> element early
     assert json.loads(body.replace("<\\/", "</"))["title"] == "t"
     assert "vegaEmbed" in html and "http" not in html.replace(alt.SCHEMA_URL, "")
+
+
+# ------------------------------------------------------------------ without Altair
+
+
+def test_without_altair_the_module_imports_and_drawing_names_the_extra(monkeypatch):
+    """Altair is the `notebooks` extra's: the package imports without it, and the error names
+    what to install."""
+    monkeypatch.setitem(sys.modules, "altair", None)  # `import altair` now raises ImportError
+    with pytest.raises(ImportError, match=re.escape('"annotated-transformer-book[notebooks]"')):
+        viz.setup_altair()
+    with pytest.raises(ImportError, match="Altair, which is not installed"):
+        viz.attention_heatmap([[1.0]])
+    assert viz.COLORS[0] == "#0072B2" and viz.in_book_build() in (True, False)
+
+
+def test_importing_viz_does_not_import_altair():
+    code = (
+        "import sys; sys.modules['altair'] = None\n"
+        "import transformer_lib.viz as viz\n"
+        "print(viz.COLORS[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "#0072B2"
+
+
+# --------------------------------------------------------------------------- stable figures
+
+
+def _book_html(values: list[float], shell) -> str:
+    df = pd.DataFrame({"x": list(range(len(values))), "y": values})
+    chart = alt.Chart(df).mark_line().encode(x="x:Q", y="y:Q")
+    from IPython.display import display
+
+    with capture_output() as cap:
+        display(chart)
+    return _bundles(cap)[-1]["text/html"]
+
+
+def test_book_figures_embed_three_significant_digits(shell, book):
+    html_out = _book_html([0.123456789, 2.0, 1234.5678, -0.000987654], shell)
+    assert '"y":0.123' in html_out and "0.1234" not in html_out
+    assert '"y":1230.0' in html_out
+    assert '"y":-0.000988' in html_out
+    assert '"y":2.0' in html_out
+
+
+def test_book_figures_do_not_change_with_the_last_bits(shell, book):
+    # Two CPUs that disagree in the 7th digit draw the same page: same data, same ids.
+    a = _book_html([0.1234561, 0.5, 0.7777771], shell)
+    b = _book_html([0.1234569, 0.5, 0.7777779], shell)
+    strip = re.compile(r'id="vega-[0-9a-f]+-\d+"|getElementById\("vega-[0-9a-f]+-\d+"\)')
+    assert strip.sub("", a) == strip.sub("", b)
+    digest = re.compile(r"vega-([0-9a-f]+)-")
+    assert digest.search(a).group(1) == digest.search(b).group(1)
+    assert "data-" in a  # the dataset was renamed after the rounded rows, in both
+
+
+def test_round_floats_leaves_other_values_alone():
+    spec = {"a": [1, True, "0.123456", None, float("nan")], "b": {"c": 1 / 3}, "d": (0.0, -2.5)}
+    out = viz.round_floats(spec)
+    assert out["a"][:4] == [1, True, "0.123456", None] and out["a"][4] != out["a"][4]
+    assert out["b"]["c"] == 0.333 and out["d"] == [0.0, -2.5]
+    assert isinstance(out["a"][0], int) and out["a"][1] is True

@@ -157,6 +157,21 @@ def test_no_workflow_defines_a_step_of_its_own():
     )
 
 
+def test_jobs_that_read_multi30k_cache_what_they_download():
+    """Tests and chapters download Multi30k into the user cache on first use: cache that folder,
+    keyed on the file holding the checksums, so a new checksum means a new download."""
+    for name, job_name in [("ci.yml", "linux"), ("ci.yml", "portable"), ("ci.yml", "emulated-cpu"),
+                           ("ci.yml", "lowest-python"), ("pages.yml", "build")]:  # fmt: skip
+        steps = _steps(_load(name)["jobs"][job_name])
+        cache = [s for s in steps if s.get("uses", "").startswith("actions/cache@")]
+        assert len(cache) == 1, f"{name}:{job_name}: no Multi30k cache step"
+        assert cache[0]["with"]["path"] == "~/.cache/transformer_lib/multi30k"
+        assert "hashFiles('transformer_lib/data.py')" in cache[0]["with"]["key"]
+        runs = [s.get("run", "") for s in steps]
+        first = next(i for i, r in enumerate(runs) if "tasks.py" in r or r.startswith("make "))
+        assert steps.index(cache[0]) < first, f"{name}:{job_name}: the cache comes too late"
+
+
 def test_portable_jobs_use_the_task_runner_and_both_python_ends():
     job = _load("ci.yml")["jobs"]["portable"]
     matrix = job["strategy"]["matrix"]
@@ -202,3 +217,10 @@ def test_pinned_matrix_starts_at_the_lowest_python_the_pins_support():
     supported = [f"3.{m}" for m in range(8, 20) if all(f"3.{m}.99" in s for s in specs)]
     matrix = _load("ci.yml")["jobs"]["portable"]["strategy"]["matrix"]["python"]
     assert min(matrix, key=_minor) == min(supported, key=_minor)
+
+
+def test_a_job_runs_the_tests_on_an_imitated_cpu():
+    runs = _runs(_load("ci.yml")["jobs"]["emulated-cpu"])
+    assert "python3 tools/tasks.py test-emulated baseline" in runs
+    ci_run = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert "make test-emulated" in ci_run

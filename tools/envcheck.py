@@ -55,7 +55,7 @@ def _bf16_checks(torch) -> list[str]:  # noqa: ANN001 (torch is imported lazily)
     except Exception as e:  # noqa: BLE001 (the report shows any failure)
         lines.append(f"bf16 matmul (CPU): FAILS ({type(e).__name__}: {e})")
     try:
-        # What `--fast` uses: autocast runs linear layers in bfloat16 on the CPU.
+        # What precision "bf16" uses: autocast runs linear layers in bfloat16 on the CPU.
         x, w = torch.ones(2, 4), torch.ones(3, 4)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = torch.nn.functional.linear(x, w)
@@ -63,7 +63,21 @@ def _bf16_checks(torch) -> list[str]:  # noqa: ANN001 (torch is imported lazily)
         lines.append(f"bf16 autocast (CPU): {'works' if ok else f'not applied ({y.dtype})'}")
     except Exception as e:  # noqa: BLE001
         lines.append(f"bf16 autocast (CPU): FAILS ({type(e).__name__}: {e})")
-    return lines
+    return lines + [_bf16_native_line()]
+
+
+def _bf16_native_line() -> str:
+    """Native bf16 or emulated (AVX2: slower than fp32), and what precision "auto" picks."""
+    try:
+        from transformer_lib.trainer import resolve_precision
+
+        auto = resolve_precision("auto", "cpu")  # bf16 exactly where it is native
+    except Exception as e:  # noqa: BLE001 (the package may be what is broken)
+        return f"bf16 native (CPU): unknown (transformer_lib: {type(e).__name__}: {e})"
+    if auto == "bf16":
+        return 'bf16 native (CPU): yes; precision "auto" and --fast use bf16'
+    return ('bf16 native (CPU): no (emulated, slower than fp32); precision "auto" and --fast '
+            "use fp32")
 
 
 def torch_section() -> list[str]:
@@ -124,24 +138,37 @@ def packages() -> list[str]:
 
 
 def data() -> list[str]:
+    env, url = os.environ.get("MULTI30K_DIR"), os.environ.get("MULTI30K_URL")
     try:
         from transformer_lib.data import default_data_dir
 
         where, how = default_data_dir(), "transformer_lib.data.default_data_dir()"
     except Exception as e:  # noqa: BLE001 (torch may be what is broken)
-        # The package's own rule, restated: $MULTI30K_DIR, else the project's shared copy,
-        # else the download cache.
-        env, shared = os.environ.get("MULTI30K_DIR"), ROOT.parent / "shared" / "data" / "multi30k"
-        cache = Path.home() / ".cache" / "transformer_lib" / "multi30k"
-        where = Path(env).expanduser() if env else shared if shared.is_dir() else cache
+        # The package's own rule, restated: $MULTI30K_DIR, else the user cache (XDG's rule).
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+        where = Path(env).expanduser() if env else base / "transformer_lib" / "multi30k"
         how = f"package not importable ({type(e).__name__}), looked where it would"
     present = [f for f in MULTI30K_FILES if (where / f).is_file()]
-    return [
-        f"MULTI30K_DIR: {os.environ.get('MULTI30K_DIR', 'unset')}",
-        f"multi30k folder: {where} ({how})",
-        f"multi30k files found: {len(present)} of {len(MULTI30K_FILES)}"
-        + ("" if len(present) == len(MULTI30K_FILES) else " (chapter 8 and training need them)"),
+    if len(present) == len(MULTI30K_FILES):
+        missing = ""
+    elif env:  # an existing copy is never downloaded into
+        missing = " (MULTI30K_DIR must hold all six: chapter 8 and training need them)"
+    else:
+        missing = f" (missing ones are downloaded on first use from {url or 'upstream'})"
+    kind = "MULTI30K_DIR, an existing copy" if env else "the download cache"
+    lines = [
+        f"MULTI30K_DIR: {env or 'unset'}",
+        f"MULTI30K_URL: {url or 'unset (downloads come from the upstream repository)'}",
+        f"multi30k folder: {where} ({kind}; {how})",
+        f"multi30k files found: {len(present)} of {len(MULTI30K_FILES)}{missing}",
     ]
+    # The local mirror of the machines this book is written on: tools/tasks.py points
+    # MULTI30K_DIR at it, so a report printed through the task runner reads it.
+    mirror = ROOT.parent / "shared" / "data" / "multi30k"
+    if mirror.is_dir() and not env:
+        lines.append(f"local mirror: {mirror} (tools/tasks.py sets MULTI30K_DIR to it)")
+    return lines
 
 
 def repository() -> list[str]:

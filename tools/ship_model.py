@@ -28,6 +28,26 @@ OUT = ROOT / "transformer_lib" / "pretrained" / "multi30k_de_en"
 SIZE_LIMIT = 20 * 2**20  # the repository ships at most 20 MB of weights
 MODEL_KEYS = ("N", "d_model", "d_ff", "h", "dropout", "norm_first", "share_embeddings",
               "positional", "vocab_size", "label_smoothing", "precision", "epochs")
+# The card's licence section: the weights are the code's licence, the training data has its own
+# terms (quoted from the dataset's README, which is all its repository says; no licence file).
+LICENCE = [
+    "## Licence and data terms",
+    "- The weights, tokenizer and configuration in this folder are released under the MIT",
+    "  licence, like the code (the repository's `LICENSE`: Copyright (c) 2026 The",
+    "  transformer_lib authors).",
+    "- They were trained on Multi30k, which has its own terms, not the MIT licence. Its",
+    "  repository (https://github.com/multi30k/dataset) has no licence file; its README says",
+    "  that the dataset is partially derived from Flickr30K, whose images come from Flickr and",
+    "  must be used under Flickr's Terms of Use, that the dataset's authors do not own the",
+    "  copyright of the images, and that the data is provided for researchers and educators",
+    "  for non-commercial research and/or educational purposes. Flickr30K, the source of the",
+    "  images and of the English captions, has terms of its own.",
+    "- The MIT licence of the weights does not settle whether those terms reach a model",
+    "  trained on the data: for a use beyond research and teaching, check them first.",
+    "- Cite the data as Elliott, Frank, Sima'an and Specia (2016), \"Multi30K: Multilingual",
+    "  English-German Image Descriptions\", Proceedings of the 5th Workshop on Vision and",
+    "  Language, pages 70-74 (doi:10.18653/v1/W16-3210).",
+]
 
 
 def _card(results: dict, bf16_scores: dict, out: Path) -> str:
@@ -50,7 +70,9 @@ def _card(results: dict, bf16_scores: dict, out: Path) -> str:
         "## Data",
         "- Multi30k (Elliott et al., 2016), task 1, raw files of multi30k/dataset: train (29,000",
         "  pairs), val (1,014), test_2016_flickr (1,000); each file checked against its SHA-256",
-        "  (`transformer_lib.data.CHECKSUMS`) before it is read.",
+        "  (`transformer_lib.data.SHA256`) before it is read.",
+        "",
+        *LICENCE,
         "",
         "## Training",
         f"- command: `{r['command']}`",
@@ -99,7 +121,8 @@ def main() -> int:
     pairs = load_multi30k("test")
     sources = [s for s, _ in pairs]
     if args.check_bleu:
-        hyps = trainer.translate_sentences(model, tok, sources, beam_size=4)
+        # fp32 compute on both sides: what differs is the weights' storage alone
+        hyps = trainer.translate_sentences(model, tok, sources, beam_size=4, precision="fp32")
         scores["fp32"] = str(trainer.bleu(hyps, pairs))
     half = model.to(torch.bfloat16)
     save_checkpoint(OUT, half, dataclasses.asdict(cfg), tokenizer=tok, rng=False)
@@ -108,7 +131,8 @@ def main() -> int:
         raise SystemExit(f"{OUT} holds {size:,} bytes, more than {SIZE_LIMIT:,}")
     if args.check_bleu:
         shipped, tok2, _ = trainer.load_model(OUT, device)
-        hyps = trainer.translate_sentences(shipped, tok2, sources, beam_size=4)
+        hyps = trainer.translate_sentences(shipped, tok2, sources, beam_size=4,
+                                           precision="fp32")
         scores["bf16"] = str(trainer.bleu(hyps, pairs))
     (OUT / "MODEL_CARD.md").write_text(_card(results, scores, OUT), encoding="utf-8")
     print(f"wrote {OUT} ({size / 2**20:.1f} MiB)")

@@ -16,7 +16,9 @@ are built with `pathlib`, and the virtual environment's programs are looked up i
 Environment: `PIP_EXTRA_INDEX_URL` (read by pip itself) selects e.g. PyTorch's CPU wheel index
 in CI; `TASKS_CONSTRAINTS` names another constraints file, or `none` to install from the ranges
 in pyproject.toml (for a Python that the exact pins do not support); `SITE_CHROMIUM` names the
-browser for the site check on macOS and Windows.
+browser for the site check on macOS and Windows. Every step gets `MULTI30K_DIR` set to
+`../shared/data/multi30k` (beside the repository) when that folder exists and the variable is
+unset; elsewhere transformer_lib downloads Multi30k into the user cache on first use.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ ENV = {"BOOK_FIGURES": "offline", "PYTHONHASHSEED": "0"}
 CONSTRAINTS = "constraints.txt"
 SITE_CONFIG = "_build_ci_config.yml"
 LINUX_CHROMIUM = "/usr/lib/chromium/chromium"  # what tools/browser_deps.sh installs
+# A local mirror of Multi30k beside the repository (the machines this book is written on have
+# one): steps read it instead of downloading the data into the user cache on first use.
+LOCAL_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+
+
+def multi30k_env() -> dict[str, str]:
+    """{"MULTI30K_DIR": the local mirror} when that folder exists and MULTI30K_DIR is unset."""
+    if os.environ.get("MULTI30K_DIR") or not LOCAL_MULTI30K.is_dir():
+        return {}
+    return {"MULTI30K_DIR": str(LOCAL_MULTI30K.resolve())}
 
 
 class TaskError(RuntimeError):
@@ -59,7 +71,7 @@ class Runner:
         self.dry_run = dry_run
         self.system = system or platform.system()
         self.installed = installed
-        self.env = {**os.environ, **ENV}
+        self.env = {**os.environ, **ENV, **multi30k_env()}
         self.log: list[str] = []
         self._done: set[str] = set()
 
@@ -277,6 +289,46 @@ def test(r: Runner, args: list[str]) -> None:
         step(r, [])
 
 
+# CPUs to imitate. PyTorch, MKL and oneDNN each pick vector kernels for the CPU they run on, so
+# the last bits of a result differ between machines; these variables only lower the instruction
+# set, so any x86 machine can play an older one. "baseline" has no AVX at all (an old laptop,
+# a differently built BLAS); "avx2" is the other kind of machine this book is written on.
+EMULATED_CPUS = {
+    "baseline": {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+    },
+    "avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    },
+}
+
+
+def test_emulated(r: Runner, args: list[str]) -> None:
+    """unit and nbval on an imitated CPU (argument: baseline, the default, or avx2).
+
+    The stored outputs were written on one machine; this checks that they, and every assertion
+    of the unit tests, hold where the arithmetic rounds differently.
+    """
+    names = args or ["baseline"]
+    unknown = [n for n in names if n not in EMULATED_CPUS]
+    if unknown:
+        raise TaskError(f"unknown emulated CPU {unknown}: choose from {sorted(EMULATED_CPUS)}")
+    for name in names:
+        settings = " ".join(f"{k}={v}" for k, v in EMULATED_CPUS[name].items())
+        r.say(f"emulated CPU: {name} ({settings})")
+        saved = r.env
+        r.env = {**saved, **EMULATED_CPUS[name]}
+        try:
+            unit(r, [])
+            nbval(r, [])
+        finally:
+            r.env = saved
+
+
 def export(r: Runner, args: list[str]) -> None:
     """Write transformer_lib/ from the chapters."""
     install(r, [])
@@ -335,6 +387,7 @@ TASKS: dict[str, Callable[[Runner, list[str]], object]] = {
     "install": install,
     "book": book,
     "test": test,
+    "test-emulated": test_emulated,
     "lint": lint,
     "export-check": export_check,
     "unit": unit,
@@ -348,7 +401,7 @@ TASKS: dict[str, Callable[[Runner, list[str]], object]] = {
     "clean": clean,
 }
 # Tasks whose arguments are passed on (paths); the others take none.
-TAKES_ARGS = {"lint", "unit", "nbval", "execute", "envcheck"}
+TAKES_ARGS = {"lint", "unit", "nbval", "execute", "envcheck", "test-emulated"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,9 @@ shared source–target byte-pair vocabulary and batches "by approximate sequence
 25,000 tokens per side; this module does the same on the much smaller Multi30k task 1
 (Elliott et al., 2016), so a model trains on a laptop.
 
+The files are read from ``$MULTI30K_DIR`` (an existing copy) when it is set, else from the user
+cache, into which they are downloaded and verified on first use (``default_data_dir``).
+
 Conventions every caller shares:
 
 * a *pair* is ``(source sentence, target sentence)``: untokenized, cased text;
@@ -21,6 +24,7 @@ import hashlib
 import http.client
 import os
 import random
+import sys
 import tempfile
 import time
 import urllib.error
@@ -87,21 +91,30 @@ _digest_cache: dict[tuple[str, int, int], str] = {}
 
 
 def default_data_dir() -> Path:
-    """Where the Multi30k files are looked for when no ``data_dir`` is given.
+    """Where the Multi30k files are read from when no ``data_dir`` is given.
 
-    In order: ``$MULTI30K_DIR``; the project's shared copy
-    ``<project root>/../shared/data/multi30k`` (project root = the folder with
-    ``pyproject.toml`` above this package) when it exists;
-    else ``~/.cache/transformer_lib/multi30k`` (where ``download()`` is pointed by default).
+    ``$MULTI30K_DIR`` when it is set: a folder holding an existing copy, which is never written
+    to unasked (a missing file there is an error naming the folder). Otherwise the user cache,
+    ``$XDG_CACHE_HOME/transformer_lib/multi30k`` or ``~/.cache/transformer_lib/multi30k`` (the
+    rule ``torch.hub`` follows), into which ``load_multi30k`` downloads missing files on first
+    use, from ``$MULTI30K_URL`` when set, else the upstream repository.
     """
     env = os.environ.get("MULTI30K_DIR")
     if env:
         return Path(env).expanduser()
-    root = Path(__file__).resolve().parents[1]
-    shared = root.parent / "shared" / "data" / "multi30k"
-    if (root / "pyproject.toml").exists() and shared.is_dir():
-        return shared
-    return Path.home() / ".cache" / "transformer_lib" / "multi30k"
+    return _cache_dir()
+
+
+def _cache_dir() -> Path:
+    # The XDG rule: an unset, empty or relative XDG_CACHE_HOME means ~/.cache.
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "transformer_lib" / "multi30k"
+
+
+def _base_url() -> str:
+    """``$MULTI30K_URL`` (a mirror with the same file names) when set, else ``UPSTREAM``."""
+    return os.environ.get("MULTI30K_URL") or UPSTREAM
 
 
 def _file_names(split: str, lang: str) -> str:
@@ -124,12 +137,6 @@ def _sha256(path: Path, data: bytes | None = None) -> str:
 
 def _read_lines(path: Path, verify: bool) -> list[str]:
     """One file's sentences: checksum, gunzip, UTF-8, split on newline (nothing else stripped)."""
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"Multi30k file {path} not found. Fetch the data with "
-            f"transformer_lib.data.download({str(path.parent)!r}) or set MULTI30K_DIR to a "
-            f"folder holding {', '.join(SHA256)}."
-        )
     data = path.read_bytes()
     if verify:
         expected, actual = SHA256[path.name], _sha256(path, data)
@@ -155,8 +162,14 @@ def load_multi30k(
     tgt_lang: str = "en",
     verify: bool = True,
     limit: int | None = None,
+    *,
+    progress: bool | None = None,
 ) -> list[tuple[str, str]]:
     """Sentence pairs ``(source, target)`` of one Multi30k split, as untokenized, cased text.
+
+    On first use the split's two files are downloaded (``download()``: verified, atomic) when
+    the folder is the user cache, the default without ``$MULTI30K_DIR``; any other folder must
+    hold them already.
 
     Args:
         split: ``"train"`` (29,000 pairs), ``"val"`` (1,014) or ``"test"`` (1,000, the 2016
@@ -165,14 +178,17 @@ def load_multi30k(
         src_lang, tgt_lang: ``"de"`` and ``"en"`` in either order.
         verify: check each file's SHA-256 against ``SHA256`` (cached while the file is unchanged).
         limit: keep only the first ``limit`` pairs (small runs, CI); the whole file is verified.
+        progress: a download progress bar on stderr; default only when stderr is a terminal
+            (so never in a notebook's stored outputs).
     """
     if src_lang == tgt_lang:
         raise ValueError(f"src_lang and tgt_lang must differ, both are {src_lang!r}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be None or >= 0, got {limit}")
-    folder = Path(data_dir) if data_dir is not None else default_data_dir()
+    folder = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     src_path = folder / _file_names(split, src_lang)
     tgt_path = folder / _file_names(split, tgt_lang)
+    _ensure_files(folder, [src_path.name, tgt_path.name], progress)
     src, tgt = _read_lines(src_path, verify), _read_lines(tgt_path, verify)
     if len(src) != len(tgt):
         raise ValueError(
@@ -183,11 +199,44 @@ def load_multi30k(
     return pairs if limit is None else pairs[:limit]
 
 
+def _ensure_files(folder: Path, names: list[str], progress: bool | None) -> None:
+    """Download the missing ones of `names` into the cache; elsewhere, say how to get them."""
+    missing = [n for n in names if not (folder / n).is_file()]
+    if not missing:
+        return
+    if folder.resolve() != _cache_dir().resolve():
+        # A folder the user chose holds their copy: writing into it unasked could mix versions.
+        env = os.environ.get("MULTI30K_DIR")
+        if env and folder == Path(env).expanduser():
+            chosen, other = f"MULTI30K_DIR={env}", "unset MULTI30K_DIR"
+        else:
+            chosen, other = f"data_dir={str(folder)!r}", "leave data_dir out and MULTI30K_DIR unset"
+        raise FileNotFoundError(
+            f"Multi30k file {missing[0]} is not in {folder} ({chosen}), which must hold a copy "
+            f"of the data: put the six files there ({', '.join(SHA256)}), e.g. with "
+            f"transformer_lib.data.download({str(folder)!r}), or {other} to have them "
+            f"downloaded into the cache {_cache_dir()} on first use."
+        )
+    url = _base_url()
+    try:
+        download(folder, base_url=url, files=missing, progress=progress)
+    except OSError as e:  # offline, a wrong MULTI30K_URL, an HTTP error, a timeout
+        # One error for the reader, naming what was tried and the two ways round it; the
+        # cause's own message (the URL and the reason) is part of it.
+        raise OSError(
+            f"Multi30k is not in the cache {folder} yet and could not be downloaded: {e}. "
+            f"Set MULTI30K_URL to a mirror holding the same file names (tried {url}), or "
+            f"MULTI30K_DIR to a folder with a copy of {', '.join(SHA256)}."
+        ) from None
+
+
 def download(
     dest: str | Path | None = None,
-    base_url: str = UPSTREAM,
+    base_url: str | None = None,
     files: Iterable[str] | None = None,
     timeout: float = 600,
+    *,
+    progress: bool | None = None,
 ) -> Path:
     """Fetch the Multi30k files into `dest`, verifying each before it appears there.
 
@@ -198,9 +247,11 @@ def download(
 
     Args:
         dest: target folder (created); default ``default_data_dir()``.
-        base_url: ``<base_url>/<file>`` is fetched; default the upstream GitHub folder.
+        base_url: ``<base_url>/<file>`` is fetched; default ``$MULTI30K_URL`` when set, else
+            the upstream GitHub folder (``UPSTREAM``).
         files: which of the six file names to fetch; default all.
         timeout: seconds for the whole call (all files), however slowly the server answers.
+        progress: a tqdm bar per file on stderr; default only when stderr is a terminal.
 
     Returns the folder. Raises ``ValueError`` on a checksum mismatch, ``TimeoutError`` when the
     deadline passes and ``OSError`` (naming the URL) when the server cannot be reached or
@@ -214,13 +265,15 @@ def download(
     unknown = [n for n in names if n not in SHA256]
     if unknown:
         raise ValueError(f"files must be among {list(SHA256)}, got unknown {unknown}")
+    base = base_url if base_url is not None else _base_url()
+    show = _stderr_is_terminal() if progress is None else progress
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
         target = folder / name
         if target.is_file() and _sha256(target) == SHA256[name]:
             continue
-        url = f"{base_url.rstrip('/')}/{name}"
-        _fetch(url, target, SHA256[name], _Deadline(deadline, url, timeout))
+        url = f"{base.rstrip('/')}/{name}"
+        _fetch(url, target, SHA256[name], _Deadline(deadline, url, timeout), show)
     return folder
 
 
@@ -243,7 +296,7 @@ class _Deadline:
         )
 
 
-def _fetch(url: str, target: Path, expected: str, deadline: _Deadline) -> None:
+def _fetch(url: str, target: Path, expected: str, deadline: _Deadline, progress: bool) -> None:
     request = urllib.request.Request(url, headers={"User-Agent": "transformer_lib"})
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     tmp = Path(tmp_name)
@@ -251,7 +304,7 @@ def _fetch(url: str, target: Path, expected: str, deadline: _Deadline) -> None:
         h = hashlib.sha256()
         with os.fdopen(fd, "wb") as out:
             try:
-                _stream(request, deadline, h, out)
+                _stream(request, deadline, h, out, target.name if progress else None)
             except urllib.error.HTTPError as e:
                 raise OSError(f"downloading {url} failed: HTTP {e.code} {e.reason}") from e
             except TimeoutError as e:
@@ -275,26 +328,48 @@ def _fetch(url: str, target: Path, expected: str, deadline: _Deadline) -> None:
         tmp.unlink(missing_ok=True)  # gone already after a successful os.replace
 
 
-def _stream(request: urllib.request.Request, deadline: _Deadline, h: Any, out: Any) -> None:
+def _stream(
+    request: urllib.request.Request, deadline: _Deadline, h: Any, out: Any, bar_name: str | None
+) -> None:
     """Copy the response body to `out`, hashing it, within the deadline.
 
     A socket timeout alone bounds each read, not the download: a server sending one byte a
     second never trips it. So every read is a single ``read1`` (one receive, not "fill the
     buffer"), the socket's timeout is cut to the time left before each, and the deadline is
-    checked after each.
+    checked after each. With `bar_name`, a tqdm bar of that name shows the bytes on stderr.
     """
     with urllib.request.urlopen(request, timeout=deadline.left()) as response:
         sock = getattr(getattr(response.fp, "raw", None), "_sock", None)  # CPython's SocketIO
-        while True:
-            left = deadline.left()
-            if sock is not None:
-                sock.settimeout(left)
-            chunk = response.read1(1 << 16)
-            if not chunk:
-                break
-            h.update(chunk)
-            out.write(chunk)
+        with _progress_bar(bar_name, response.headers.get("Content-Length")) as bar:
+            while True:
+                left = deadline.left()
+                if sock is not None:
+                    sock.settimeout(left)
+                chunk = response.read1(1 << 16)
+                if not chunk:
+                    break
+                h.update(chunk)
+                out.write(chunk)
+                bar.update(len(chunk))
     deadline.left()
+
+
+def _progress_bar(name: str | None, length: str | None) -> Any:
+    """A tqdm bar in bytes on stderr, or a disabled one (no output) when `name` is None.
+
+    `length` is the response's Content-Length, when the server sent one.
+    """
+    from tqdm import tqdm
+
+    total = int(length) if length and length.isdigit() else None
+    return tqdm(total=total, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
+                file=sys.stderr, disable=name is None)
+
+
+def _stderr_is_terminal() -> bool:
+    # The default for `progress`: a terminal shows a bar; a notebook kernel's stderr, a pipe
+    # or a log file is not a tty, so stored outputs and CI logs stay free of bar updates.
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 # ---------------------------------------------------------------------------------- tokenizer

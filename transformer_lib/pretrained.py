@@ -50,7 +50,9 @@ def load_pretrained(
 
     The weights are stored in bfloat16 and loaded into a float32 model (chapter 8 measures
     that this does not move BLEU). Every file is checked against the manifest first.
-    `device`: where the model goes (default: CUDA if available, else the CPU).
+    `device`: where the model goes (default: CUDA if available, else the CPU). The config's
+    ``precision`` is the one it was trained in; ``translate_sentences`` runs "auto" (bf16 only
+    where the device has it natively) unless given ``precision``.
     """
     from transformer_lib.trainer import load_model
 

@@ -70,6 +70,8 @@ __all__ = [
     "Config",
     "RESUMABLE_CHANGES",
     "load_config",
+    "resolve_precision",
+    "precision_note",
     "make_optimizer",
     "parameter_count",
     "train",
@@ -147,10 +149,17 @@ class Config:
     decoupled_weight_decay: bool = False
     label_smoothing: float = 0.1
     clip_norm: float | None = 1.0
-    precision: str = "fp32"  # "fp32" or "bf16" (autocast; weights and optimizer stay fp32)
-    # The fastest setting, measured in the performance appendix: precision "bf16" and the
+    # "fp32", "bf16" (autocast; weights and optimizer stay fp32) or "auto": bf16 where the
+    # device has it natively, else fp32 (resolve_precision; a run records what it resolved to)
+    precision: str = "fp32"
+    # The fastest setting, measured in the performance appendix: precision "auto" and the
     # paper's dropout placement (attn_dropout = ffn_dropout = 0: residual and embedding dropout
-    # only), which lets attention use the fused kernel. True sets those three fields.
+    # only), which lets attention use the fused kernel. True sets those three fields. "auto",
+    # not "bf16": on a CPU without native bf16 (AVX2) bf16 autocast is emulated and trains ~19x
+    # slower than fp32 (94 vs 1,789 tokens/s, emulated AVX2, 2 threads, bench/train_steps.py's
+    # "small" model; a real AVX2 machine: 48.9 vs 1,121). There the paper's placement in fp32
+    # was still 1.19-1.23x faster than the default placement (2,159-2,309 vs 1,820-1,913
+    # tokens/s, interleaved, emulated), so `fast` keeps it and only falls back to fp32.
     fast: bool = False
     seed: int = 1
     # checkpoints and evaluation
@@ -170,7 +179,7 @@ class Config:
             self.adam_betas = tuple(self.adam_betas)
         _validate(self)
         if self.fast:
-            self.precision, self.attn_dropout, self.ffn_dropout = "bf16", 0.0, 0.0
+            self.precision, self.attn_dropout, self.ffn_dropout = "auto", 0.0, 0.0
         if self.schedule == "linear" and self.cooldown is None:  # falls over the whole budget
             self.cooldown = 1.0
 
@@ -194,6 +203,9 @@ class Config:
     def decode_kwargs(self, length_penalty: float | None = None) -> dict[str, Any]:
         """The settings of ``translate_sentences`` this config holds (beam width aside).
 
+        Not the precision: the one a model was trained in is no order for translating it
+        (``translate_sentences`` defaults to "auto", what this machine runs fastest).
+
         `length_penalty`: replaces the config's alpha (None: keep it), e.g. one chosen on the
         validation set after training (``tools/multi30k_report.py --length-penalties``).
         """
@@ -201,8 +213,7 @@ class Config:
             raise ValueError(f"length_penalty must be a number >= 0 (beam search's alpha), "
                              f"got {length_penalty!r}")
         alpha = self.length_penalty if length_penalty is None else length_penalty
-        return dict(length_penalty=alpha, max_len_a=self.max_len_a,
-                    max_len_b=self.max_len_b, precision=self.precision)
+        return dict(length_penalty=alpha, max_len_a=self.max_len_a, max_len_b=self.max_len_b)
 
 
 def _is_int(v: Any, lo: int) -> bool:
@@ -252,7 +263,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "weight_decay": _num(lambda v: v >= 0, "a number >= 0"), "label_smoothing": _PROB,
     "decoupled_weight_decay": _BOOL,
     "clip_norm": _num(lambda v: v > 0, "a number > 0", optional=True),
-    "precision": _choice("fp32", "bf16"), "seed": _int(0), "save_every": _int(1),
+    "precision": _choice("fp32", "bf16", "auto"), "seed": _int(0), "save_every": _int(1),
     "keep_last": _int(1), "average_last": _int(0), "bleu_every": _int(0), "beam_size": _int(1),
     "length_penalty": _num(lambda v: v >= 0, "a number >= 0"),
     "max_len_a": _num(lambda v: v >= 0, "a number >= 0"), "max_len_b": _int(1),
@@ -301,14 +312,14 @@ def _validate(cfg: Config) -> None:
 def load_config(path: str | Path | None, **overrides: Any) -> Config:
     """Read a TOML config (flat keys, or grouped in any tables) and apply overrides.
 
-    ``fast = true`` (CLI ``--fast``) is shorthand for ``precision = "bf16"``,
+    ``fast = true`` (CLI ``--fast``) is shorthand for ``precision = "auto"``,
     ``attn_dropout = 0`` and ``ffn_dropout = 0``; it replaces those keys of the file when given
     as an override, and a contradicting value set alongside it is an error. Every value is
     checked (see ``Config``); errors name the key.
     """
     values: dict[str, Any] = _read_toml(Path(path)) if path is not None else {}
     over = {k: v for k, v in overrides.items() if v is not None}
-    fast_values = {"precision": "bf16", "attn_dropout": 0.0, "ffn_dropout": 0.0}
+    fast_values = {"precision": "auto", "attn_dropout": 0.0, "ffn_dropout": 0.0}
     if over.get("fast"):  # the override replaces what the file says about these keys
         values = {k: v for k, v in values.items() if k not in fast_values}
     values.update(over)
@@ -316,7 +327,8 @@ def load_config(path: str | Path | None, **overrides: Any) -> Config:
         clash = {k: values[k] for k, want in fast_values.items()
                  if values.get(k) is not None and values[k] != want}
         if clash:
-            raise ValueError(f"config: fast = true means precision 'bf16' and attn_dropout = "
+            raise ValueError(f"config: fast = true means precision 'auto' (bf16 where the "
+                             f"machine has it natively, else fp32) and attn_dropout = "
                              f"ffn_dropout = 0, but {clash} is also set; drop one of them")
     if "max_len" in values:
         raise ValueError(
@@ -433,10 +445,54 @@ def _on_rank0_then_share(work: Callable[[], Any], rank: int, world: int) -> Any:
     return result
 
 
-def _autocast(precision: str, device_type: str):
-    """bfloat16 autocast for precision "bf16" (weights stay fp32), else nothing."""
-    if precision == "bf16":
-        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+def _bf16_native(device: torch.device) -> bool:
+    """Whether `device` computes in bfloat16 in hardware (elsewhere autocast emulates it)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type != "cpu":
+        return False
+    try:  # oneDNN's answer: AVX512-BF16 or AMX on x86 (not AVX2), bf16 instructions on Arm
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return False
+
+
+def resolve_precision(precision: str, device: torch.device | str) -> str:
+    """The precision that runs on `device`: "fp32" or "bf16" as given; "auto" picks bf16 where
+    `device` has it natively, else fp32.
+
+    Where bf16 is emulated (a CPU with AVX2 but no AVX512-BF16/AMX), bf16 autocast is slower
+    than fp32: translating with beam 4 1.9x, training ~20x. Raises ValueError naming
+    `precision` for any other value.
+    """
+    if precision not in ("fp32", "bf16", "auto"):
+        raise ValueError(f"precision must be 'fp32', 'bf16' or 'auto', got {precision!r}")
+    if precision != "auto":
+        return precision
+    return "bf16" if _bf16_native(torch.device(device)) else "fp32"
+
+
+def precision_note(precision: str, device: torch.device | str, *, fast: bool = False) -> str:
+    """One line for a log: the precision `precision` resolves to on `device`, and why."""
+    device = torch.device(device)
+    used, native = resolve_precision(precision, device), _bf16_native(device)
+    here = f"this {'GPU' if device.type == 'cuda' else device.type.upper()}"
+    if fast and not native:
+        return (f"precision: fp32 (fast: {here} has no native bfloat16, where bf16 autocast is "
+                "emulated and ~20x slower; fast trains in fp32 with the paper's dropout "
+                "placement)")
+    if precision == "auto":
+        return f"precision: {used} (auto: {here} has {'' if native else 'no '}native bfloat16)"
+    if used == "bf16" and not native:
+        return (f"precision: bf16 (as asked; {here} has no native bfloat16, so it is emulated "
+                "and slower than fp32, which precision 'auto' would pick)")
+    return f"precision: {used}"
+
+
+def _autocast(precision: str, device: torch.device):
+    """bfloat16 autocast where `precision` resolves to "bf16" (weights stay fp32), else nothing."""
+    if resolve_precision(precision, device) == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -469,6 +525,8 @@ def _check_same_config(cfg: Config, saved: dict[str, Any], where: Path) -> None:
     # A key missing from the saved config did not exist yet when the run started: it had
     # the behaviour of its default.
     saved = {**dataclasses.asdict(Config()), **saved}
+    if saved["fast"]:  # saved when fast meant precision "bf16"; it now means "auto"
+        saved["precision"] = "auto"
     differ = [
         f"{k}: {saved[k]!r} in the run, {now[k]!r} now"
         for k in now
@@ -581,6 +639,7 @@ class _Run:
     val_pairs: list
     state: _State
     saved_step: int | None = None  # step of the newest `last` checkpoint
+    precision: str = "fp32"  # cfg.precision resolved on this machine ("auto": per machine)
     loss_sum: float = 0.0  # this process's share of the epoch's loss (see _State.epoch_loss)
     tok_sum: int = 0
 
@@ -598,7 +657,10 @@ def train(
 
     Returns the history (per-epoch train loss, validation loss and BLEU; when the time limit
     stopped training inside an epoch, a last record with ``epoch_fraction``). `on_step(step)` is
-    called after every optimizer step (tests use it to simulate an interruption).
+    called after every optimizer step (tests use it to simulate an interruption). With
+    `progress`, rank 0 first writes one line naming the precision (``precision_note``).
+    Precision "auto" (and so ``fast``) resolves on the machine that runs, resumed runs too:
+    every epoch's record names the precision it trained in.
 
     Raises before writing anything: ``LockHeld`` if another process trains in `run_dir`;
     ``FileExistsError`` if `run_dir` holds a run and not `resume`; ``FileNotFoundError`` if
@@ -613,6 +675,8 @@ def train(
     rank, world = _dist_info()
     lock = _start_run(cfg, run_dir, resume, rank, world)
     try:
+        if progress and rank == 0:
+            print(precision_note(cfg.precision, device, fast=cfg.fast), file=sys.stderr)
         run = _setup(cfg, run_dir, resume, device, rank, world)
         partial = _train_epochs(run, progress, on_step)
         if rank == 0 and cfg.average_last > 1:
@@ -627,7 +691,8 @@ def train(
         dist.barrier()
         dist.destroy_process_group()
     history = run.state.history + ([partial] if partial else [])
-    return {"history": history, "steps": run.state.step, "minutes": run.state.train_seconds / 60}
+    return {"history": history, "steps": run.state.step, "minutes": run.state.train_seconds / 60,
+            "precision": run.precision}
 
 
 def make_optimizer(cfg: Config, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
@@ -674,7 +739,8 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
     forward = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     criterion = LabelSmoothing(vocab, PAD, cfg.label_smoothing)
     run = _Run(cfg, run_dir, device, rank, world, model, forward, optimizer, scheduler,
-               criterion, tok, train_data, val_data, val_pairs, state, saved_step)
+               criterion, tok, train_data, val_data, val_pairs, state, saved_step,
+               precision=resolve_precision(cfg.precision, device))
     if rank == 0:  # the epoch's loss so far counts once, on rank 0
         run.loss_sum, run.tok_sum = state.epoch_loss, state.epoch_tokens
     return run
@@ -781,7 +847,7 @@ def _step(run: _Run, micro: list[list[int]]) -> tuple[float, int]:
     scale = run.world / _all_sum(local_tokens, run.device)
     try:
         return train_step(
-            run.model, batches, run.criterion, run.optimizer, precision=run.cfg.precision,
+            run.model, batches, run.criterion, run.optimizer, precision=run.precision,
             clip_norm=run.cfg.clip_norm, scheduler=run.scheduler, forward=run.forward,
             loss_scale=scale,
         )
@@ -810,7 +876,8 @@ def _end_of_epoch(run: _Run, epoch: int, partial: bool, n_steps: int) -> dict[st
     cfg, state = run.cfg, run.state
     loss_sum, tok_sum = _all_sum(run.loss_sum, run.device), _all_sum(run.tok_sum, run.device)
     record = {"epoch": epoch + 1, "step": state.step, "tokens": state.tokens,
-              "train_loss": loss_sum / max(tok_sum, 1), "minutes": state.train_seconds / 60}
+              "train_loss": loss_sum / max(tok_sum, 1), "minutes": state.train_seconds / 60,
+              "precision": run.precision}
     if not partial:
         state.epoch, state.step_in_epoch = epoch + 1, 0
         run.loss_sum, run.tok_sum = 0.0, 0
@@ -819,11 +886,12 @@ def _end_of_epoch(run: _Run, epoch: int, partial: bool, n_steps: int) -> dict[st
     if run.rank == 0:
         record["val_loss"] = validation_loss(
             run.model, run.val_data, max_tokens=cfg.max_tokens,
-            label_smoothing=cfg.label_smoothing, precision=cfg.precision,
+            label_smoothing=cfg.label_smoothing, precision=run.precision,
         )
         if cfg.bleu_every and ((epoch + 1) % cfg.bleu_every == 0 or partial):
             hyps = translate_sentences(run.model, run.tok, [s for s, _ in run.val_pairs],
-                                       beam_size=1, max_input_len=None, **cfg.decode_kwargs())
+                                       beam_size=1, max_input_len=None, precision=run.precision,
+                                       **cfg.decode_kwargs())
             record["val_bleu"] = bleu(hyps, run.val_pairs).score
         if not partial:
             state.history.append(record)
@@ -896,16 +964,17 @@ def validation_loss(
         examples: ``(source ids, target ids)`` pairs from ``encode_pairs``.
         max_tokens: padded tokens per batch (``make_batches``).
         label_smoothing: epsilon of ``LabelSmoothing`` (the training loss is the reference).
-        precision: "fp32" or "bf16" autocast.
+        precision: "fp32", "bf16" autocast, or "auto" (``resolve_precision``).
     """
+    device = _device_of(model)
+    precision = resolve_precision(precision, device)
     was_training = model.training
     model.eval()
-    device = _device_of(model)
     criterion = LabelSmoothing(model.generator.proj.out_features, PAD, label_smoothing)
     total, ntok = 0.0, 0
     for idx in make_batches(examples, max_tokens, shuffle=False, seed=0):
         b = Batch(*collate(examples, idx, pad=PAD, device=device), pad=PAD)
-        with _autocast(precision, device.type):
+        with _autocast(precision, device):
             out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (B, T, d_model)
             real = b.tgt_y != PAD  # (B, T)
             logp = model.generator(out[real])  # (n_real, vocab)
@@ -947,7 +1016,7 @@ def translate_sentences(
     length_penalty: float = 0.6,
     max_len_a: float = 1.5,
     max_len_b: int = 10,
-    precision: str = "fp32",
+    precision: str = "auto",
     max_input_len: int | None = 256,
     batch_size: int = 64,
 ) -> list[str]:
@@ -959,7 +1028,8 @@ def translate_sentences(
         beam_size: 1 for greedy decoding. length_penalty: beam search's alpha.
         max_len_a, max_len_b: a translation has at most ``a * source length + b`` subwords
             (and never more than a learned position table holds).
-        precision: "fp32" or "bf16" autocast.
+        precision: "fp32", "bf16" autocast, or "auto": bf16 where the model's device has it
+            natively, else fp32 (``resolve_precision``), whatever the model was trained in.
         max_input_len: refuse (``ValueError`` naming the sentence) a source of more subwords:
             decoding time grows with the square of the length, and a model trained on short
             sentences has nothing useful to say about one of thousands. None: no limit but a
@@ -967,6 +1037,7 @@ def translate_sentences(
         batch_size: sentences decoded together (divided by beam_size for beam search).
     """
     _check_translate_args(beam_size, batch_size, max_input_len)
+    precision = resolve_precision(precision, _device_of(model))
     encoded = [encode_text(tok, s) for s in sentences]  # ids + EOS
     limit = source_length_limit(model, max_input_len)
     for i, ids in enumerate(encoded):
@@ -987,7 +1058,7 @@ def translate_sentences(
         src_mask = (src != PAD).unsqueeze(-2)  # (B, 1, S)
         out_len = max(2, int(max_len_a * width + max_len_b))  # <s> counts towards it
         out_len = min(out_len, cap) if cap is not None else out_len
-        with _autocast(precision, device.type):
+        with _autocast(precision, device):
             if beam_size == 1:
                 hyps = greedy_decode(model, src, src_mask, out_len, BOS, EOS).tolist()
             else:
@@ -1143,14 +1214,17 @@ def evaluate(
     limit: int | None = None,
     device: torch.device | None = None,
     length_penalty: float | None = None,
+    precision: str = "auto",
 ) -> dict[str, Any]:
     """sacreBLEU of a checkpoint on a Multi30k split, with the hypotheses and the signature.
 
     `beam_size`, `length_penalty` None: the checkpoint config's ``beam_size`` and
-    ``length_penalty`` (beam search's alpha). `limit`: the first n pairs.
+    ``length_penalty`` (beam search's alpha). `limit`: the first n pairs. `precision`: as in
+    ``translate_sentences`` (not the checkpoint's); the result names the one that ran.
     """
     _check_translate_args(1 if beam_size is None else beam_size, 1, limit)
     device = device or _default_device()
+    used = resolve_precision(precision, device)
     model, tok, cfg = load_model(checkpoint, device)
     beam_size = cfg.beam_size if beam_size is None else beam_size
     kwargs = cfg.decode_kwargs(length_penalty)
@@ -1158,12 +1232,14 @@ def evaluate(
                           limit=limit)
     start = time.perf_counter()
     hyps = translate_sentences(model, tok, [s for s, _ in pairs], beam_size=beam_size,
-                               max_input_len=None, **kwargs)
+                               max_input_len=None, precision=used, **kwargs)
     score = bleu(hyps, pairs)
     return {
         "split": split,
         "beam_size": beam_size,
         "length_penalty": kwargs["length_penalty"],
+        "precision": used,
+        "device": str(device),
         "bleu": round(score.score, 2),
         "signature": bleu_signature(),
         "score_line": str(score),
@@ -1179,10 +1255,16 @@ def translate(
     beam_size: int | None = None,
     device: torch.device | None = None,
     max_input_len: int | None = 256,
+    precision: str = "auto",
 ) -> list[str]:
-    """Translate sentences with a saved model (`beam_size` None: the config's ``beam_size``)."""
+    """Translate sentences with a saved model (`beam_size` None: the config's ``beam_size``).
+
+    `precision`: as in ``translate_sentences``; "auto" whatever the checkpoint trained in.
+    """
     device = device or _default_device()
+    resolve_precision(precision, device)  # a bad value fails before the model loads
     model, tok, cfg = load_model(checkpoint, device)
     beam_size = cfg.beam_size if beam_size is None else beam_size
     return translate_sentences(model, tok, sentences, beam_size=beam_size,
-                               max_input_len=max_input_len, **cfg.decode_kwargs())
+                               max_input_len=max_input_len, precision=precision,
+                               **cfg.decode_kwargs())

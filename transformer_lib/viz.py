@@ -8,6 +8,10 @@ renderer instead writes a stable id (a hash of the chart) and calls the page-glo
 with no network access, and re-executing a chapter gives byte-identical output (which nbval
 compares). In a live Jupyter kernel without ``BOOK_FIGURES=offline`` the usual Altair renderer
 is kept, so figures also draw in JupyterLab.
+
+Altair is imported on first use: it comes with the ``notebooks`` extra
+(``pip install "annotated-transformer-book[notebooks]"``), and without it this module still
+imports (``COLORS``, ``in_book_build``) while drawing raises an ImportError that says so.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import html
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import altair as alt
+if TYPE_CHECKING:
+    import altair as alt
 
 __all__ = ["setup_altair", "in_book_build", "attention_heatmap", "show_explorer", "COLORS"]
 
@@ -34,7 +39,48 @@ def in_book_build() -> bool:
     return os.environ.get("BOOK_FIGURES", "") == "offline"
 
 
+# Significant digits kept of every float a figure embeds. A chart is a few hundred pixels wide,
+# so three digits are all a reader can see; the digits after them are where different CPUs
+# (vector kernels, BLAS builds) disagree, and the page must be the same on every machine.
+FIGURE_DIGITS = 3
+
+
+def round_floats(value: Any, digits: int = FIGURE_DIGITS) -> Any:
+    """`value` with every float (in nested dicts and lists) rounded to `digits` significant digits.
+
+    Integers, booleans and strings are unchanged; NaN and infinities too (Vega-Lite drops them).
+    """
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")) or value == 0.0:
+            return value
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: round_floats(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [round_floats(v, digits) for v in value]
+    return value
+
+
+def _stable_spec(spec: dict) -> dict:
+    """The spec with its floats rounded and its datasets renamed after the rounded data.
+
+    Altair names each inline dataset after a hash of the unrounded values ("data-<hash>"), so
+    a difference in the last bit would rename it; the name follows the rounded data instead.
+    """
+    spec = round_floats(spec)
+    datasets = spec.get("datasets")
+    if not isinstance(datasets, dict):
+        return spec
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    for old in sorted(datasets, key=len, reverse=True):
+        rows = json.dumps(datasets[old], sort_keys=True, separators=(",", ":"))
+        new = "data-" + hashlib.sha1(rows.encode()).hexdigest()[:16]
+        text = text.replace(f'"{old}"', f'"{new}"')
+    return json.loads(text)
+
+
 def _book_renderer(spec: dict, **_: Any) -> dict[str, str]:
+    spec = _stable_spec(spec)
     payload = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha1(payload.encode()).hexdigest()[:12]
     _seen[digest] = _seen.get(digest, 0) + 1
@@ -71,11 +117,29 @@ def _title(spec: dict) -> str:
     return str(t) if t else ""
 
 
-alt.renderers.register("book", _book_renderer)
+# Altair comes with the package's `notebooks` extra, not with the package: the model, the
+# training loop and the command line must import without it.
+MISSING_ALTAIR = (
+    "transformer_lib.viz draws the book's figures with Altair, which is not installed. "
+    'Install the extra that brings it: pip install "annotated-transformer-book[notebooks]" '
+    '(or "[book]", which includes it; in a clone: pip install -e ".[notebooks]").'
+)
+
+
+def _altair() -> Any:
+    """Altair, imported on first use, with the book's renderer registered."""
+    try:
+        import altair
+    except ImportError as err:
+        raise ImportError(MISSING_ALTAIR) from err
+    if "book" not in altair.renderers.names():
+        altair.renderers.register("book", _book_renderer)
+    return altair
 
 
 def setup_altair() -> None:
     """Choose the renderer: offline and deterministic for the book, Altair's default otherwise."""
+    alt = _altair()
     alt.data_transformers.disable_max_rows()
     if in_book_build():
         alt.renderers.enable("book")
@@ -96,6 +160,7 @@ def attention_heatmap(
 
     `description` is the figure's alt text; by default it says what the axes and colours are.
     """
+    alt = _altair()
     import pandas as pd
 
     w = weights.detach().cpu().float() if hasattr(weights, "detach") else weights

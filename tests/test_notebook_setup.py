@@ -1,0 +1,243 @@
+"""The Colab setup cell that opens every chapter (tools/notebook_setup.py writes it).
+
+Every chapter must start with the cell the tool would write now: a chapter added, a file newly
+read from results/ or configs/, a new repository address in _config.yml or a new version in
+pyproject.toml all change the cell, and this test fails until `python tools/notebook_setup.py`
+is run. Outside Colab the cell must do nothing, print nothing and take no time (nbval runs it).
+
+The cell's Colab branch is checked here with pip and the network replaced by fakes; the real
+thing (a chapter alone in an empty folder, a fresh virtual environment, a wheel and a local
+HTTP server) is `python tools/colab_check.py`, which takes minutes and is not part of CI.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from _tools import load_tool
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+setup = load_tool("notebook_setup")
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _notebook(*code: str) -> dict:
+    """A minimal nbformat 4.5 notebook: a title, then one code cell per argument."""
+    cells = [{"cell_type": "markdown", "id": "title", "metadata": {}, "source": ["# A chapter"]}]
+    cells += [
+        {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+         "outputs": [], "source": src.splitlines(keepends=True)}
+        for i, src in enumerate(code)
+    ]  # fmt: skip
+    return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+@pytest.fixture(scope="module")
+def book():
+    return setup.read_book()
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_starts_with_the_current_setup_cell(path, book):
+    found = setup.problems(_load(path), book)
+    assert not found, (
+        f"{path.name}: " + "; ".join(found) + " (run `python tools/notebook_setup.py`)"
+    )
+
+
+def test_the_address_is_the_one_in_config(book):
+    """One place: the cell installs from, and fetches from, _config.yml's repository."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert book.repo == config["repository"]["url"].rstrip("/")
+    source = setup.setup_source(book, ["results/x.json"], multi30k=False)
+    assert f'repo, ref = "{book.repo}", "{config["repository"]["branch"]}"' in source
+    assert '[notebooks] @ git+{repo}@{ref}"' in source
+    owner_name = book.repo.removeprefix("https://github.com/")
+    assert f'raw = "https://raw.githubusercontent.com/{owner_name}"' in source
+
+
+# ------------------------------------------------------------------ the tool
+
+
+def test_tool_inserts_once_and_is_idempotent(tmp_path, book):
+    shutil.copy(ROOT / "chapters" / "02_masks.ipynb", tmp_path / "02_masks.ipynb")
+    nb_path = tmp_path / "02_masks.ipynb"
+    before = _load(nb_path)
+    assert setup.main([str(nb_path)]) == 0
+    once = nb_path.read_bytes()
+    after = _load(nb_path)
+    assert setup.is_setup_cell(after["cells"][0]) and after["cells"][0]["id"] == setup.CELL_ID
+    without = [c for c in after["cells"] if not setup.is_setup_cell(c)]
+    assert without == [c for c in before["cells"] if not setup.is_setup_cell(c)]
+    assert setup.main([str(nb_path)]) == 0
+    assert nb_path.read_bytes() == once  # a second run changes nothing
+    assert setup.main(["--check", str(nb_path)]) == 0
+
+
+def test_check_fails_on_a_missing_or_stale_cell(tmp_path, book, capsys):
+    nb = _notebook("x = 1")
+    path = tmp_path / "nb.ipynb"
+    setup.write_notebook(path, nb)
+    assert setup.main(["--check", str(path)]) == 1
+    assert "not the Colab setup cell" in capsys.readouterr().out
+    assert setup.update(nb, book) and nb["cells"][0]["execution_count"] is None
+    nb["cells"][0]["execution_count"] = 1  # the chapter was executed
+    # The chapter now reads a result: the cell's file list is out of date.
+    nb["cells"].append(_notebook('open("../results/ablations.json")')["cells"][1])
+    assert setup.problems(nb, book) == ["the setup cell's code is out of date"]
+    assert setup.update(nb, book) and "results/ablations.json" in "".join(nb["cells"][0]["source"])
+    # It did nothing before and does nothing now: it keeps its place among executed cells.
+    assert nb["cells"][0]["execution_count"] == 1
+    # A cell moved down (a cell inserted above it) is not the first cell any more.
+    nb["cells"].insert(0, nb["cells"].pop())
+    assert "the first cell is not the Colab setup cell" in setup.problems(nb, book)
+    assert setup.update(nb, book) and not setup.problems(nb, book)
+    assert sum(setup.is_setup_cell(c) for c in nb["cells"]) == 1
+
+
+def test_a_new_repository_address_makes_the_cells_stale(tmp_path, book):
+    for name in ("_config.yml", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    config = tmp_path / "_config.yml"
+    config.write_text(
+        config.read_text(encoding="utf-8").replace(book.repo, "https://github.com/a-fork/book"),
+        encoding="utf-8",
+    )
+    fork = setup.read_book(tmp_path)
+    assert fork.repo == "https://github.com/a-fork/book" and fork.folder == "book"
+    nb = _notebook("x = 1")
+    setup.update(nb, book)
+    assert setup.problems(nb, fork) == ["the setup cell's code is out of date"]
+
+
+def test_a_repository_that_is_not_on_github_is_refused(tmp_path):
+    for name in ("_config.yml", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    config = tmp_path / "_config.yml"
+    text = config.read_text(encoding="utf-8")
+    url = setup.read_book().repo
+    config.write_text(text.replace(url, "https://gitlab.com/x/y"), encoding="utf-8")
+    with pytest.raises(ValueError, match="repository.url must be https://github.com/OWNER/NAME"):
+        setup.read_book(tmp_path)
+
+
+def test_files_are_found_by_path_by_name_and_by_pattern():
+    nb = _notebook(
+        'bench = json.loads(Path("../results/bench_decode.json").read_text())',
+        'ROOT = Path.cwd().parent\nrun = read_result("multi30k.json")\n'
+        'path = ROOT / "results" / name\n'
+        'runs = [ROOT / "results" / f"ttq_{k}.json" for k in KEYS]',
+        'cfg = load_config(ROOT / "configs" / "tiny.toml")\nname = f"{x}"',
+    )
+    files = setup.chapter_files(nb)
+    ttq = sorted(f"results/{p.name}" for p in (ROOT / "results").glob("ttq_*.json"))
+    assert ttq
+    # f"{x}" alone names no file; results/ files named only in prose are not fetched.
+    assert set(files) == {"results/bench_decode.json", "results/multi30k.json",
+                          "configs/tiny.toml", *ttq}  # fmt: skip
+    assert setup.chapter_files(_notebook("x = 'results'  # no file named")) == []
+    assert not setup.uses_multi30k(nb)
+    assert setup.uses_multi30k(_notebook('pairs = load_multi30k("train")'))
+
+
+# ------------------------------------------------------------------ the cell itself
+
+
+def _cell_code(files: list[str], multi30k: bool) -> str:
+    return setup.setup_source(setup.read_book(), files, multi30k)
+
+
+def test_outside_colab_the_cell_does_nothing(monkeypatch, capsys, tmp_path):
+    monkeypatch.delenv("BOOK_SETUP", raising=False)
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    code = compile(_cell_code(["results/multi30k.json"], True), "<setup cell>", "exec")
+    namespace: dict = {}
+    start = time.perf_counter()
+    exec(code, namespace)
+    elapsed = time.perf_counter() - start
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+    assert not calls and list(tmp_path.iterdir()) == [] and Path.cwd() == tmp_path
+    assert "_setup_for_colab" not in namespace  # it leaves no helper behind
+    assert elapsed < 0.05
+
+
+class _Response(io.BytesIO):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_in_colab_it_installs_fetches_and_moves_into_chapters(monkeypatch, tmp_path, capsys):
+    """The Colab branch with pip, the network and the download replaced by fakes."""
+    import importlib.metadata
+    import urllib.request
+
+    import transformer_lib.data
+
+    book = setup.read_book()
+    monkeypatch.setenv("BOOK_SETUP", "1")
+    for var in ("BOOK_SETUP_REQUIREMENT", "BOOK_SETUP_FILES_URL", "BOOK_SETUP_DATA_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    real_version = importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name == book.dist:  # as in a new Colab runtime: the book's package is not there
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real_version(name)
+
+    pip_calls, urls, downloads = [], [], []
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(subprocess, "run", lambda argv, check: pip_calls.append(argv))
+    monkeypatch.setattr(
+        urllib.request, "urlopen",
+        lambda url, timeout: urls.append(url) or _Response(f"from {url}".encode()),
+    )  # fmt: skip
+    monkeypatch.setattr(transformer_lib.data, "download", lambda **kw: downloads.append(kw))
+    files = ["results/multi30k.json", "configs/tiny.toml"]
+    exec(compile(_cell_code(files, True), "<setup cell>", "exec"), {})
+
+    (pip,) = pip_calls
+    assert pip[1:5] == ["-m", "pip", "install", "--quiet"]
+    assert pip[5] == f"{book.dist}[notebooks] @ git+{book.repo}@{book.ref}"
+    assert pip[6] == f"torch=={real_version('torch')}"  # Colab's torch stays
+    raw = book.raw + "/" + book.ref
+    assert urls == [f"{raw}/{f}" for f in files]
+    root = tmp_path / book.folder
+    assert (root / "configs" / "tiny.toml").read_text() == f"from {raw}/configs/tiny.toml"
+    assert Path.cwd() == root / "chapters"  # ../results/... resolves as in the repository
+    assert downloads == [{}]  # the default upstream
+    assert capsys.readouterr().out.rstrip().endswith("Ready: run the chapter's cells in order.")
+
+    # Run again (the reader re-runs the cell): nothing is fetched twice, the overrides apply.
+    monkeypatch.setenv("BOOK_SETUP_REQUIREMENT", "/tmp/x.whl[notebooks]")
+    monkeypatch.setenv("BOOK_SETUP_DATA_URL", "http://127.0.0.1:1/data")
+    exec(compile(_cell_code(files, True), "<setup cell>", "exec"), {})
+    assert pip_calls[1][5] == "/tmp/x.whl[notebooks]"
+    assert len(urls) == 2 and Path.cwd() == root / "chapters"
+    assert downloads[1] == {"base_url": "http://127.0.0.1:1/data"}
+
+
+def test_the_cell_is_folded_everywhere_and_hidden_on_the_site(book):
+    cell = setup.expected_cell(_notebook("x = 1"), book)
+    assert cell["metadata"]["cellView"] == "form"  # Colab: only the #@title line shows
+    assert cell["source"][0].startswith("#@title ")
+    assert cell["metadata"]["jupyter"]["source_hidden"] is True  # JupyterLab folds the input
+    assert "remove-cell" in cell["metadata"]["tags"]  # the site: it does nothing there
