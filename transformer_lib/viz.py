@@ -3,11 +3,13 @@
 Hand-written (not exported from a chapter): it is plumbing for the book, not part of the model.
 
 Altair's default renderer writes a random element id and loads Vega from a CDN. The book's
-renderer instead writes a stable id (a hash of the chart) and calls the page-global
-``vegaEmbed``, which the built site serves from its own ``_static/`` folder. So figures draw
-with no network access, and re-executing a chapter gives byte-identical output (which nbval
-compares). In a live Jupyter kernel without ``BOOK_FIGURES=offline`` the usual Altair renderer
-is kept, so figures also draw in JupyterLab.
+renderer instead rounds every float of the chart to three significant digits, writes a
+stable id (a hash of the rounded chart) and calls the page-global ``vegaEmbed``, which the
+built site serves from its own ``_static/`` folder. So figures draw with no network access, and
+re-executing a chapter gives byte-identical output (which nbval compares), on any CPU: the
+digits that differ between machines' vector kernels are not embedded. In a live Jupyter kernel
+without ``BOOK_FIGURES=offline`` the usual Altair renderer is kept, so figures also draw in
+JupyterLab.
 
 Altair is imported on first use: it comes with the ``notebooks`` extra
 (``pip install "annotated-transformer-book[notebooks]"``), and without it this module still
