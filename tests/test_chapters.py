@@ -61,6 +61,18 @@ def test_no_progress_bar_in_stored_outputs(path):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=_ids(CHAPTERS))
+def test_glued_values_are_python_values(path):
+    """myst-nb renders a glued numpy scalar as its repr: 'np.float64(0.27)' in the prose."""
+    bad = []
+    for i, cell in enumerate(_cells(path)):
+        for out in cell.get("outputs", []):
+            shown = _text(out.get("data", {}).get("application/papermill.record/text/plain", ""))
+            if shown.startswith(("np.", "tensor(")):
+                bad.append(f"cell {i}: {shown}")
+    assert not bad, f"{path.name}: glue a float(), int() or str():\n  " + "\n  ".join(bad)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=_ids(CHAPTERS))
 def test_shown_code_and_output_fit_the_page(path):
     """No reader scrolls sideways: shown code lines and printed lines fit the code block."""
     bad = []

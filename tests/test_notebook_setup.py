@@ -61,7 +61,7 @@ def test_the_address_is_the_one_in_config(book):
 
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     assert book.repo == config["repository"]["url"].rstrip("/")
-    source = setup.setup_source(book, ["results/x.json"], multi30k=False)
+    source = setup.setup_source(book, ["results/x.json"])
     assert f'repo, ref = "{book.repo}", "{config["repository"]["branch"]}"' in source
     assert '[notebooks] @ git+{repo}@{ref}"' in source
     owner_name = book.repo.removeprefix("https://github.com/")
@@ -148,15 +148,13 @@ def test_files_are_found_by_path_by_name_and_by_pattern():
     assert set(files) == {"results/bench_decode.json", "results/multi30k.json",
                           "configs/tiny.toml", *ttq}  # fmt: skip
     assert setup.chapter_files(_notebook("x = 'results'  # no file named")) == []
-    assert not setup.uses_multi30k(nb)
-    assert setup.uses_multi30k(_notebook('pairs = load_multi30k("train")'))
 
 
 # ------------------------------------------------------------------ the cell itself
 
 
-def _cell_code(files: list[str], multi30k: bool) -> str:
-    return setup.setup_source(setup.read_book(), files, multi30k)
+def _cell_code(files: list[str]) -> str:
+    return setup.setup_source(setup.read_book(), files)
 
 
 def test_outside_colab_the_cell_does_nothing(monkeypatch, capsys, tmp_path):
@@ -164,7 +162,7 @@ def test_outside_colab_the_cell_does_nothing(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
-    code = compile(_cell_code(["results/multi30k.json"], True), "<setup cell>", "exec")
+    code = compile(_cell_code(["results/multi30k.json"]), "<setup cell>", "exec")
     namespace: dict = {}
     start = time.perf_counter()
     exec(code, namespace)
@@ -185,15 +183,13 @@ class _Response(io.BytesIO):
 
 
 def test_in_colab_it_installs_fetches_and_moves_into_chapters(monkeypatch, tmp_path, capsys):
-    """The Colab branch with pip, the network and the download replaced by fakes."""
+    """The Colab branch with pip and the network replaced by fakes."""
     import importlib.metadata
     import urllib.request
 
-    import transformer_lib.data
-
     book = setup.read_book()
     monkeypatch.setenv("BOOK_SETUP", "1")
-    for var in ("BOOK_SETUP_REQUIREMENT", "BOOK_SETUP_FILES_URL", "BOOK_SETUP_DATA_URL"):
+    for var in ("BOOK_SETUP_REQUIREMENT", "BOOK_SETUP_FILES_URL"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     real_version = importlib.metadata.version
@@ -203,16 +199,15 @@ def test_in_colab_it_installs_fetches_and_moves_into_chapters(monkeypatch, tmp_p
             raise importlib.metadata.PackageNotFoundError(name)
         return real_version(name)
 
-    pip_calls, urls, downloads = [], [], []
+    pip_calls, urls = [], []
     monkeypatch.setattr(importlib.metadata, "version", version)
     monkeypatch.setattr(subprocess, "run", lambda argv, check: pip_calls.append(argv))
     monkeypatch.setattr(
         urllib.request, "urlopen",
         lambda url, timeout: urls.append(url) or _Response(f"from {url}".encode()),
     )  # fmt: skip
-    monkeypatch.setattr(transformer_lib.data, "download", lambda **kw: downloads.append(kw))
     files = ["results/multi30k.json", "configs/tiny.toml"]
-    exec(compile(_cell_code(files, True), "<setup cell>", "exec"), {})
+    exec(compile(_cell_code(files), "<setup cell>", "exec"), {})
 
     (pip,) = pip_calls
     assert pip[1:5] == ["-m", "pip", "install", "--quiet"]
@@ -223,16 +218,13 @@ def test_in_colab_it_installs_fetches_and_moves_into_chapters(monkeypatch, tmp_p
     root = tmp_path / book.folder
     assert (root / "configs" / "tiny.toml").read_text() == f"from {raw}/configs/tiny.toml"
     assert Path.cwd() == root / "chapters"  # ../results/... resolves as in the repository
-    assert downloads == [{}]  # the default upstream
     assert capsys.readouterr().out.rstrip().endswith("Ready: run the chapter's cells in order.")
 
     # Run again (the reader re-runs the cell): nothing is fetched twice, the overrides apply.
     monkeypatch.setenv("BOOK_SETUP_REQUIREMENT", "/tmp/x.whl[notebooks]")
-    monkeypatch.setenv("BOOK_SETUP_DATA_URL", "http://127.0.0.1:1/data")
-    exec(compile(_cell_code(files, True), "<setup cell>", "exec"), {})
+    exec(compile(_cell_code(files), "<setup cell>", "exec"), {})
     assert pip_calls[1][5] == "/tmp/x.whl[notebooks]"
     assert len(urls) == 2 and Path.cwd() == root / "chapters"
-    assert downloads[1] == {"base_url": "http://127.0.0.1:1/data"}
 
 
 def test_the_cell_is_folded_everywhere_and_hidden_on_the_site(book):

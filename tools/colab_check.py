@@ -16,8 +16,8 @@ What it does, with nothing from the repository on the kernel's path:
    (the chapter in the repository is not changed), uninstalls the package from the
    environment, and executes the notebook with nbclient in that environment, with
    ``BOOK_SETUP=1`` (the cell's "as in Colab" switch), ``BOOK_SETUP_REQUIREMENT`` = the wheel,
-   ``BOOK_SETUP_FILES_URL`` and ``BOOK_SETUP_DATA_URL`` = the local servers, and a new empty
-   HOME (so the data is downloaded, not found in a cache).
+   ``BOOK_SETUP_FILES_URL`` and ``MULTI30K_URL`` = the local servers, and a new empty HOME (so
+   the chapter's first ``load_multi30k`` downloads the data, as on a new machine).
 
 It prints, per chapter, whether it ran to the end, how long it took and what the setup cell
 printed; the exit status is 0 when every chapter ran.
@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import notebook_setup  # noqa: E402  (a script beside this one, not a package)
+import notebook_setup  # noqa: E402  (scripts beside this one, not a package)
+import tasks  # noqa: E402
 
 ROOT = notebook_setup.ROOT
 DEFAULT_CHAPTERS = ["chapters/02_masks.ipynb", "chapters/09_performance.ipynb"]
@@ -50,19 +51,11 @@ KERNEL = "colab-check"
 # A new Colab runtime has torch and a kernel. torch 2.13.0 is constraints.txt's pin; on these
 # machines pip takes it from a local file (elsewhere, add PyTorch's CPU index).
 BASE_PACKAGES = ["torch==2.13.0", "ipykernel"]
-MULTI30K_FILES = [
-    f"{stem}.{lang}.gz" for stem in ("train", "val", "test_2016_flickr") for lang in ("de", "en")
-]
 
 
 def _local_multi30k() -> Path:
-    """A local copy of Multi30k to serve: $MULTI30K_DIR, the shared copy beside the
-    repository, or the user cache that transformer_lib downloads into."""
-    if os.environ.get("MULTI30K_DIR"):
-        return Path(os.environ["MULTI30K_DIR"]).expanduser()
-    shared = ROOT.parent / "shared" / "data" / "multi30k"
-    if shared.is_dir():
-        return shared
+    """The copy of Multi30k to serve: where the task runner reads it (tools/tasks.py)."""
+    os.environ.update(tasks.multi30k_env())
     from transformer_lib.data import default_data_dir
 
     return default_data_dir()
@@ -191,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     data = args.data or _local_multi30k()
-    missing = [n for n in MULTI30K_FILES if not (data / n).is_file()]
+    from transformer_lib.data import SHA256
+
+    missing = [n for n in SHA256 if not (data / n).is_file()]
     if missing:
         raise SystemExit(f"{data} lacks the Multi30k files {missing}: name a copy with --data")
     wheel = build_wheel(work / "dist")
@@ -212,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 "BOOK_SETUP": "1",
                 "BOOK_SETUP_REQUIREMENT": f"{wheel}[notebooks]",
                 "BOOK_SETUP_FILES_URL": files_url,
-                "BOOK_SETUP_DATA_URL": data_url,
+                "MULTI30K_URL": data_url,
                 **{k: v for k, v in os.environ.items() if k.startswith(("PIP_", "SSL_"))
                    and k != "PIP_CACHE_DIR"},
             }  # fmt: skip

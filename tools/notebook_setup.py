@@ -8,8 +8,9 @@ A chapter opened in Colab (its launch button, or a notebook downloaded alone) ha
 package nor the repository's `results/` and `configs/` files. Its first cell, written here,
 installs the package from the repository that `_config.yml` names (`repository.url` at
 `repository.branch`, the one place the address is set) with the `notebooks` extra, fetches the
-files the chapter's code reads from the same branch (found by scanning the chapter's code), and
-the Multi30k data when the chapter loads it. Outside Colab the cell does nothing and prints
+files the chapter's code reads from the same branch (found by scanning the chapter's code).
+The Multi30k data need nothing here: `load_multi30k` downloads them on first use (from
+``MULTI30K_URL`` when set). Outside Colab the cell does nothing and prints
 nothing: nbval re-runs it in CI and compares its (empty) output, and Binder, a clone and the
 book's build already have everything. Running this tool twice changes nothing.
 
@@ -18,8 +19,7 @@ The cell's overrides, for testing it outside Colab:
 * ``BOOK_SETUP=1``: run the setup anywhere, not only in Colab;
 * ``BOOK_SETUP_REQUIREMENT``: the pip requirement to install instead of the repository's
   (e.g. ``/tmp/dist/annotated_transformer_book-0.1.0-py3-none-any.whl[notebooks]``);
-* ``BOOK_SETUP_FILES_URL``: the base URL of the files instead of raw.githubusercontent.com;
-* ``BOOK_SETUP_DATA_URL``: the base URL of the Multi30k files (``transformer_lib.data.download``).
+* ``BOOK_SETUP_FILES_URL``: the base URL of the files instead of raw.githubusercontent.com.
 
 Figures are not fetched: the chapters show them with MyST ``{figure}`` directives, which Colab
 and JupyterLab display as text, not as images.
@@ -63,7 +63,7 @@ import os
 import sys
 
 
-def _setup_for_colab(files: list[str], multi30k: bool) -> None:
+def _setup_for_colab(files: list[str]) -> None:
     import subprocess
     import urllib.request
     from importlib import invalidate_caches, metadata
@@ -104,23 +104,11 @@ def _setup_for_colab(files: list[str], multi30k: bool) -> None:
     if files:
         (root / "chapters").mkdir(parents=True, exist_ok=True)
         os.chdir(root / "chapters")
-    if multi30k:
-        from transformer_lib.data import download
-
-        print("Fetching Multi30k (1.3 MB)")
-        data_url = os.environ.get("BOOK_SETUP_DATA_URL")
-        if data_url:
-            download(base_url=data_url)
-        else:
-            download()
     print("Ready: run the chapter's cells in order.")
 
 
 if "google.colab" in sys.modules or os.environ.get("BOOK_SETUP") == "1":
-    _setup_for_colab(
-        files=[$files],
-        multi30k=$multi30k,
-    )
+    _setup_for_colab(files=[$files])
 del _setup_for_colab""")
 
 
@@ -207,27 +195,18 @@ def chapter_files(nb: dict, root: Path = ROOT) -> list[str]:
     return sorted(found)
 
 
-def uses_multi30k(nb: dict) -> bool:
-    """Whether the chapter's code loads the Multi30k data (then the cell downloads it)."""
-    return any(
-        "load_multi30k(" in _source(c)
-        for c in nb["cells"]
-        if c["cell_type"] == "code" and not is_setup_cell(c)
-    )
-
-
-def setup_source(book: Book, files: list[str], multi30k: bool) -> str:
-    """The cell's code for a chapter that reads `files` (and the Multi30k data if `multi30k`)."""
-    listed = "".join(f'\n            "{f}",' for f in files) + ("\n        " if files else "")
+def setup_source(book: Book, files: list[str]) -> str:
+    """The cell's code for a chapter that reads `files`."""
+    listed = "".join(f'\n        "{f}",' for f in files) + ("\n    " if files else "")
     return TEMPLATE.substitute(
         marker=MARKER, repo=book.repo, ref=book.ref, dist=book.dist, version=book.version,
-        raw=book.raw, folder=book.folder, files=listed, multi30k=multi30k,
+        raw=book.raw, folder=book.folder, files=listed,
     )  # fmt: skip
 
 
 def expected_cell(nb: dict, book: Book, root: Path = ROOT) -> dict:
     """The setup cell this notebook should start with."""
-    source = setup_source(book, chapter_files(nb, root), uses_multi30k(nb))
+    source = setup_source(book, chapter_files(nb, root))
     return {
         "cell_type": "code",
         "execution_count": None,
@@ -301,9 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         elif update(nb, book):
             write_notebook(path, nb)
             stale += 1
-            files = chapter_files(nb)
-            print(f"{path}: setup cell written ({len(files)} files, Multi30k: "
-                  f"{'yes' if uses_multi30k(nb) else 'no'})")  # fmt: skip
+            print(f"{path}: setup cell written ({len(chapter_files(nb))} files)")
     if args.check and stale:
         print("run `python tools/notebook_setup.py` to write the setup cells")
         return 1
