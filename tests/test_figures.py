@@ -1,14 +1,21 @@
-"""The book's drawings (book/figures/*.svg): up to date with tools/draw_figures.py, and each one
-a self-contained, accessible SVG that fits a page column."""
+"""The book's drawings (book/figures/*.svg): up to date with tools/draw_figures.py (which draws
+them with the package tools/figures/), drawn the same in every process, and each one a
+self-contained, accessible SVG that fits a page column."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from _tools import load_tool
+
+from transformer_lib.viz import COLORS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "book" / "figures"
@@ -33,24 +40,66 @@ EXPECTED = {
 
 
 draw = load_tool("draw_figures")
+# The drawing library; loading draw_figures put its folder, tools/, on sys.path.
+svglib = importlib.import_module("figures.svg")
 
 
-def test_committed_drawings_match_the_script(capsys):
+def test_committed_drawings_are_what_the_script_draws_now(capsys):
+    for name, text in draw.drawings().items():
+        assert (FIGURES / name).read_bytes() == text.encode("utf-8"), (
+            f"book/figures/{name} is stale: run python tools/draw_figures.py"
+        )
     assert draw.main(["--check"]) == 0, capsys.readouterr().out
 
 
-def test_check_fails_on_a_stale_or_missing_drawing(tmp_path, capsys):
+def _draw_in_a_new_process(out: Path, hash_seed: str, cwd: Path) -> dict[str, bytes]:
+    """What `python tools/draw_figures.py --out OUT` writes, run with this hash seed and cwd."""
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    script = Path(draw.__file__).resolve()
+    done = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"wrote {len(EXPECTED)} drawing(s) to {out}"
+    return {p.name: p.read_bytes() for p in out.glob("*.svg")}
+
+
+def test_drawing_is_deterministic_across_processes(tmp_path):
+    """Two fresh interpreters with different hash seeds (so sets of strings iterate in
+    different orders) and working directories write the same bytes: the committed files."""
+    first = _draw_in_a_new_process(tmp_path / "a", "0", cwd=ROOT)
+    second = _draw_in_a_new_process(tmp_path / "b", "4242", cwd=tmp_path)
+    assert set(first) == EXPECTED
+    assert first == second
+    assert first == {name: (FIGURES / name).read_bytes() for name in EXPECTED}
+
+
+def test_check_fails_on_a_stale_or_missing_drawing_and_a_run_repairs_it(tmp_path, capsys):
     assert draw.main(["--out", str(tmp_path)]) == 0
     assert draw.main(["--check", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {len(EXPECTED)} drawing(s) to {tmp_path}"
+    good = (tmp_path / "masks.svg").read_bytes()
     (tmp_path / "masks.svg").write_text("<svg/>", encoding="utf-8")
     (tmp_path / "kv_cache.svg").unlink()
+    # the same text with Windows line endings is stale too: the files are compared as bytes
+    crlf = (tmp_path / "shapes.svg").read_bytes().replace(b"\n", b"\r\n")
+    (tmp_path / "shapes.svg").write_bytes(crlf)
     assert draw.main(["--check", "--out", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "masks.svg" in out and "kv_cache.svg" in out and "where_01.svg" not in out
-
-
-def test_drawings_are_deterministic():
-    assert draw.drawings() == draw.drawings()
+    stale = set(re.findall(r"\w+\.svg", out.rsplit("): ", 1)[1]))  # after the folder
+    assert stale == {"masks.svg", "kv_cache.svg", "shapes.svg"}, out
+    assert (tmp_path / "masks.svg").read_bytes() == b"<svg/>"  # --check writes nothing
+    assert not (tmp_path / "kv_cache.svg").exists()
+    # a run without --check rewrites exactly the stale files
+    assert draw.main(["--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote 3 drawing(s) to {tmp_path}"
+    assert (tmp_path / "masks.svg").read_bytes() == good
+    assert draw.main(["--check", "--out", str(tmp_path)]) == 0
 
 
 def test_the_expected_files_and_no_others():
@@ -59,26 +108,34 @@ def test_the_expected_files_and_no_others():
 
 
 def test_palette_is_the_plots_palette():
-    viz = pytest.importorskip("transformer_lib.viz")
-    assert draw.PALETTE == viz.COLORS
+    assert svglib.PALETTE == COLORS
 
 
 def test_a_label_too_wide_for_its_box_is_refused():
-    svg = draw.Svg(800, 100, "t", "d")
+    svg = svglib.Svg(800, 100, "t", "d")
     svg.box(0, 0, 100, 40, ["fits"], fill="#ffffff")
-    with pytest.raises(ValueError, match="too wide"):
+    assert len(svg.parts) == 2  # the box and its label
+    with pytest.raises(ValueError, match="'multi-head attention' is too wide"):
         svg.box(0, 0, 40, 40, ["multi-head attention"], fill="#ffffff")
     with pytest.raises(ValueError, match="too tall"):
         svg.box(0, 0, 100, 20, ["one", "two"], fill="#ffffff")
+    assert len(svg.parts) == 2  # a refused box draws nothing, not half a box
+    # the same label fits once the box is as wide as the estimate (DejaVu Sans, 0.62 em)
+    room = svglib.text_width("multi-head attention", 12) + 6
+    svg.box(0, 0, room, 40, ["multi-head attention"], fill="#ffffff")
 
 
 def test_sub_and_superscripts_become_tspans():
-    svg = draw.Svg(800, 100, "t", "d")
+    svg = svglib.Svg(800, 100, "t", "d")
     svg.text(0, 10, "W^{Q} x_{i}", size=10)
     root = ET.fromstring(svg.render())
     text = root.find(f"{SVG_NS}text")
     assert "".join(text.itertext()) == "WQ xi"
-    assert [t.text for t in text.iter(f"{SVG_NS}tspan") if t.get("font-size")] == ["Q", "i"]
+    tspans = list(text.iter(f"{SVG_NS}tspan"))
+    assert [t.text for t in tspans if t.get("font-size")] == ["Q", "i"]
+    assert {t.get("font-size") for t in tspans if t.get("font-size")} == {"7"}  # 70% of 10
+    # up for the superscript, back to the baseline for " x", down for the subscript
+    assert [(t.text, float(t.get("dy"))) for t in tspans] == [("Q", -4), (" x", 4), ("i", 3)]
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
