@@ -4,7 +4,7 @@ Hand-written support code for ``bench/*.py`` (not part of ``transformer_lib``). 
 reports *ratios* between implementations measured in the same run, with the implementations
 interleaved, so that load from other processes on a shared machine hits all of them alike.
 Absolute numbers are recorded too, with the machine, the load average and the git commit they
-came from.
+came from (both from ``transformer_lib.translation.provenance``, the one record of provenance).
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +21,8 @@ from typing import Any
 
 import torch
 
-from transformer_lib.trainer import resolve_precision
+from transformer_lib.translation import resolve_precision
+from transformer_lib.translation.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -44,28 +43,6 @@ __all__ = [
 ]
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _cpu_flags() -> list[str]:
-    """The CPU features that decide which matmul kernels run (x86 only; empty elsewhere)."""
-    wanted = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return sorted(wanted & set(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return []
-
-
 def load_average() -> list[float] | None:
     """1, 5 and 15 minute load averages (None where the OS does not report them)."""
     try:
@@ -75,48 +52,39 @@ def load_average() -> list[float] | None:
 
 
 def machine_description() -> dict[str, Any]:
-    """CPU model, cores, relevant CPU flags, torch version and threads, load average.
+    """The machine, torch and Python of :func:`provenance`, flattened, with the load average.
 
+    The keys the chapters read (``cpu_model``, ``cpu_flags``, ``logical_cores``,
+    ``torch_version``, ``torch_threads``, ``load_average_start``) keep their names.
     ``bf16_native``: whether oneDNN runs bfloat16 natively on this CPU (elsewhere bf16
     autocast is emulated and slower than fp32); ``precision_auto``: what the trainer's
     precision "auto" (and ``fast``) resolves to on it.
     """
-    auto = resolve_precision("auto", torch.device("cpu"))  # bf16 exactly where it is native
+    p = provenance()
+    machine, torch_info = p["machine"], p["torch"]
     return {
-        "cpu_model": _cpu_model(),
-        "cpu_flags": _cpu_flags(),
-        "logical_cores": os.cpu_count(),
-        "torch_version": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "bf16_native": auto == "bf16",
-        "precision_auto": auto,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
+        "cpu_model": machine["cpu_model"],
+        "cpu_flags": machine["cpu_flags"],
+        "logical_cores": machine["logical_cores"],
+        "torch_version": torch_info["version"],
+        "torch_threads": torch_info["threads"],
+        "torch_cpu_capability": torch_info["cpu_capability"],
+        "bf16_native": machine["bf16_native"],
+        "precision_auto": resolve_precision("auto", torch.device("cpu")),
+        "python": p["python"],
+        "platform": machine["os"],
         "load_average_start": load_average(),
     }
 
 
 def git_commit() -> str:
-    """``git rev-parse HEAD`` of the repository, with ``-dirty`` if tracked files changed.
-
-    Changes under ``results/`` do not count: they are what the benchmarks write, not code that
-    runs (one benchmark's fresh output must not mark the next one's commit as dirty).
-    """
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return head + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
+    """The commit of :func:`provenance` (40 hex digits), ``-dirty`` if tracked files outside
+    ``results/`` changed (one benchmark's fresh output must not mark the next one's commit as
+    dirty), or "unknown" without git."""
+    p = provenance()
+    if p["commit"] is None:
         return "unknown"
+    return p["commit"] + ("-dirty" if p["dirty"] else "")
 
 
 def now_iso() -> str:

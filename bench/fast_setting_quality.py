@@ -49,17 +49,17 @@ def run_setting(
     """Train one setting and return its history and final validation loss."""
     import torch
 
-    from transformer_lib import trainer
+    from transformer_lib import translation
 
     if threads:
         torch.set_num_threads(threads)
     overrides: dict[str, Any] = dict(
         epochs=epochs, average_last=0, bleu_every=10_000, time_limit_min=None, **SETTINGS[name]
     )
-    cfg = trainer.load_config(config, **overrides)
+    cfg = translation.load_config(config, **overrides)
     t0 = time.perf_counter()
     reused = resume and (Path(run_dir) / "history.json").exists()
-    result = trainer.train(cfg, run_dir, resume=resume, progress=False)
+    result = translation.train(cfg, run_dir, resume=resume, progress=False)
     last = result["history"][-1]
     return {
         "setting": name,

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import torch
 
 from bench.train_models import BenchConfig
-from transformer_lib.data import PAD
 from transformer_lib.training import Batch
+from transformer_lib.translation.data import PAD
 
 
 def train_flops(

@@ -28,10 +28,10 @@ from torch import nn
 from bench.common import interleaved_times, median
 from bench.train_models import BenchConfig, LayerNormByHand, build_ours
 from bench.train_steps import kl_by_definition, package_step
-from transformer_lib import data
-from transformer_lib.data import PAD
 from transformer_lib.layers import Dropout, LayerNorm
 from transformer_lib.training import Batch, LabelSmoothing
+from transformer_lib.translation import data
+from transformer_lib.translation.data import PAD
 
 
 def fused_qkv_micro(
@@ -243,10 +243,10 @@ def bucketing_experiment(
 ) -> dict[str, Any] | None:
     """Padding and real-token throughput of length-bucketed vs randomly packed Multi30k batches.
 
-    Uses ``transformer_lib.data`` (joint BPE over the Multi30k training set, both batching
-    schemes with the same token budget) and our fp32 model at ``cfg``'s size in the trainer's
-    step. Returns None when the data is not available. ``max_pairs`` keeps only the first
-    pairs (for quick runs).
+    Uses ``transformer_lib.translation.data`` (joint BPE over the Multi30k training set, both
+    batching schemes with the same token budget) and our fp32 model at ``cfg``'s size in the
+    trainer's step. Returns None when the data is not available. ``max_pairs`` keeps only the
+    first pairs (for quick runs).
     """
     found = _multi30k_batches(device, max_tokens, n_batches, max_pairs, vocab_size)
     if found is None:

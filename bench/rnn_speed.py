@@ -31,8 +31,9 @@ from bench.common import (
     now_iso,
     write_json,
 )
-from transformer_lib import trainer
-from transformer_lib.data import (
+from transformer_lib import translation
+from transformer_lib.training import Batch, LabelSmoothing, train_step
+from transformer_lib.translation.data import (
     PAD,
     collate,
     encode_pairs,
@@ -40,8 +41,7 @@ from transformer_lib.data import (
     load_tokenizer,
     make_batches,
 )
-from transformer_lib.pretrained import pretrained_path
-from transformer_lib.training import Batch, LabelSmoothing, train_step
+from transformer_lib.translation.pretrained import pretrained_path
 
 CONFIGS = {
     "transformer": ROOT / "configs" / "multi30k_transformer_30min.toml",
@@ -49,7 +49,7 @@ CONFIGS = {
 }
 
 
-def _stepper(cfg: trainer.Config, vocab: int, batches: list[Batch]):
+def _stepper(cfg: translation.Config, vocab: int, batches: list[Batch]):
     """A callable doing one optimizer step per call, cycling through `batches`."""
     torch.manual_seed(cfg.seed)
     model = cfg.build_model(vocab).train()
@@ -73,7 +73,7 @@ def main() -> int:
     args = ap.parse_args()
     tok = load_tokenizer(pretrained_path() / "tokenizer.json")
     vocab = tok.get_vocab_size()
-    cfgs = {name: trainer.load_config(path) for name, path in CONFIGS.items()}
+    cfgs = {name: translation.load_config(path) for name, path in CONFIGS.items()}
     examples = encode_pairs(load_multi30k("train"), tok, cfgs["transformer"].drop_longer_than)
     max_tokens = cfgs["transformer"].max_tokens
     order = make_batches(examples, max_tokens, shuffle=True, seed=0)[: args.steps]
@@ -102,7 +102,7 @@ def main() -> int:
     for name in cfgs:
         print(f"{name}: {rows[-1][f'{name}_speedup_vs_1_thread']:.2f}x from "
               f"{args.threads[0]} to {args.threads[-1]} threads")
-    params = {name: trainer.parameter_count(cfg, vocab) for name, cfg in cfgs.items()}
+    params = {name: translation.parameter_count(cfg, vocab) for name, cfg in cfgs.items()}
     write_json(args.out, {
         "benchmark": "rnn_speed",
         "description": __doc__.split("\n\n")[2].replace("\n", " "),

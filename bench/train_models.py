@@ -28,7 +28,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from transformer_lib.data import PAD
 from transformer_lib.layers import (
     DecoderLayer,
     Dropout,
@@ -39,6 +38,7 @@ from transformer_lib.layers import (
 from transformer_lib.model import make_model
 from transformer_lib.multihead import MultiHeadedAttention
 from transformer_lib.training import Batch
+from transformer_lib.translation.data import PAD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +84,8 @@ CONFIGS = {
 }
 
 
-def make_batches(cfg: BenchConfig, device: torch.device, seed: int = 0) -> list[Batch]:
-    """A fixed, seeded list of padded batches; every sentence has its own source/target length.
+def random_batches(cfg: BenchConfig, device: torch.device, seed: int = 0) -> list[Batch]:
+    """A fixed, seeded list of padded batches of random ids; each sentence has its own lengths.
 
     Token ids are drawn from [1, vocab) (0 is padding). ``Batch`` builds the masks, shifts the
     target and counts the non-pad target tokens.
@@ -331,7 +331,7 @@ def same_math_check(cfg: BenchConfig, device: torch.device) -> float:
     theirs.core.encoder.norm = None
     theirs.core.decoder.norm = None
     copy_ours_to_nn(ours, theirs)
-    b = make_batches(cfg, device, seed=123)[0]
+    b = random_batches(cfg, device, seed=123)[0]
     a = ours.generator(ours(b.src, b.tgt, b.src_mask, b.tgt_mask))
     c = theirs.generator(theirs(b.src, b.tgt))
     keep = b.tgt != PAD

@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from bench.train_models import BUILDERS, BenchConfig, every_position, nn_dropouts
-from transformer_lib.data import PAD
-from transformer_lib.trainer import Config
 from transformer_lib.training import Batch, LabelSmoothing, smoothed_kl_by_definition, train_step
+from transformer_lib.translation import Config
+from transformer_lib.translation.data import PAD
 
 TRAINER_CLIP_NORM = Config.clip_norm  # the trainer's default: the norm the trainer clips at
 

@@ -50,12 +50,12 @@ from bench.train_models import (
     BenchConfig,
     build_nn,
     build_ours,
-    make_batches,
+    random_batches,
     same_math_check,
 )
 from bench.train_steps import DEFAULT_VARIANTS, FAST_SETTING, VARIANTS, Step, build_variant
-from transformer_lib.data import PAD
 from transformer_lib.training import Batch
+from transformer_lib.translation.data import PAD
 
 # --------------------------------------------------------------------------- one configuration
 
@@ -158,7 +158,7 @@ def run_config(
     verbose: bool = True,
 ) -> dict[str, Any]:
     """Interleaved throughput (+ memory, FLOPs) of ``variants`` on one configuration."""
-    batches = make_batches(cfg, device)
+    batches = random_batches(cfg, device)
     tokens = sum(float(b.ntokens) for b in batches)
     steps, compile_s = _build_steps(cfg, variants, compile_variants, batches, device, verbose)
     rounds = {k: (lambda s=s: [s(b) for b in batches]) for k, s in steps.items()}

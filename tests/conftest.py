@@ -18,8 +18,8 @@ settings.load_profile("ci")
 # Multi30k is read where `python tools/tasks.py unit` reads it, for a plain `pytest` too: the
 # task runner's rule (MULTI30K_DIR = the local mirror beside the repository, when there is one
 # and MULTI30K_DIR is unset), applied before any test module asks
-# transformer_lib.data.default_data_dir(). Without a mirror the tests read the user cache, where
-# transformer_lib downloads the files on first use.
+# transformer_lib.translation.data.default_data_dir(). Without a mirror the tests read the user
+# cache, where transformer_lib downloads the files on first use.
 os.environ.update(load_tool("tasks").multi30k_env())
 
 
@@ -38,10 +38,40 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(why)
 
 
+@pytest.fixture(scope="session")
+def val_tokenizer():
+    """A 300-subword BPE of the first 200 validation pairs (seconds to learn)."""
+    from transformer_lib.translation import data
+
+    pairs = data.load_multi30k("val", limit=200)
+    return data.train_tokenizer([s for p in pairs for s in p], vocab_size=300)
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dir(tmp_path_factory, val_tokenizer):
+    """An untrained tiny model (configs/tiny.toml) saved as the trainer saves one: no training.
+
+    Shared by every test that asks for it: copy it (shutil.copytree) before changing it.
+    """
+    import dataclasses
+    from pathlib import Path
+
+    import torch
+
+    from transformer_lib.translation import load_config, save_checkpoint
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "tiny.toml")
+    torch.manual_seed(0)
+    model = cfg.build_model(val_tokenizer.get_vocab_size())
+    path = tmp_path_factory.mktemp("ckpt") / "best"
+    save_checkpoint(path, model, dataclasses.asdict(cfg), tokenizer=val_tokenizer)
+    return path
+
+
 @functools.cache
 def _multi30k_missing() -> str | None:
     """None when the six files are where the tests read them, else why not (asked once)."""
-    from transformer_lib import data
+    from transformer_lib.translation import data
 
     folder = data.default_data_dir()
     if all((folder / name).is_file() for name in data.SHA256):

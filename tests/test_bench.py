@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -24,11 +25,11 @@ from bench import fast_setting_quality as fq
 from bench import train_models as tm
 from bench import train_steps as ts
 from bench import train_throughput as tt
-from transformer_lib.data import PAD
 from transformer_lib.layers import Dropout, LayerNorm
 from transformer_lib.multihead import MultiHeadedAttention
-from transformer_lib.trainer import resolve_precision
 from transformer_lib.training import Batch, LabelSmoothing
+from transformer_lib.translation import resolve_precision
+from transformer_lib.translation.data import PAD
 
 CPU = torch.device("cpu")
 TINY = tm.CONFIGS["tiny"]
@@ -186,8 +187,49 @@ def test_machine_description_and_commit():
     assert commit == "unknown" or len(commit.removesuffix("-dirty")) == 40
 
 
-def test_matmul_peak_is_positive():
-    assert common.matmul_peak(torch.float32, n=64, repeats=2) > 0
+def test_matmul_peak_is_2n3_flops_over_the_fastest_timed_product(monkeypatch):
+    """The peak is 2·n³ FLOPs over the best (not the mean or median) of `repeats` timed
+    products; the warm-up product is not timed. A fake clock gives the products 0.5, 0.25 and
+    0.4 s: any other reading of them, or a clock read for the warm-up, gives another number."""
+    clock = iter([0.0, 0.5, 1.0, 1.25, 2.0, 2.4])
+    monkeypatch.setattr(common, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    n = 64
+    assert common.matmul_peak(torch.float32, n=n, repeats=3) == pytest.approx(2 * n**3 / 0.25)
+    assert next(clock, "used up") == "used up"  # two readings per timed product, no more
+    monkeypatch.undo()
+    peak = common.matmul_peak(torch.bfloat16, n=n, repeats=2)  # the real clock: a rate
+    assert math.isfinite(peak) and peak > 0
+
+
+def test_committed_train_results_are_ratios_of_the_same_run():
+    """results/bench_train.json (the appendix's speed-ups, MFU and targets): every ratio is
+    computed from the tokens/s of the same run, every MFU from the larger of the two matmul
+    peaks of that run in the variant's own precision, and every target's verdict from its
+    ratio."""
+    path = Path(__file__).resolve().parents[1] / "results" / "bench_train.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    peaks = data["matmul_peak_flops"]
+    for kind in ("fp32", "bf16"):
+        assert peaks["used_for_mfu"][kind] == max(peaks["start"][kind], peaks["end"][kind])
+    for name, res in data["configs"].items():
+        rows = res["variants"]
+        speed = {variant: row["tokens_per_s"] for variant, row in rows.items()}
+        for variant, row in rows.items():
+            kind = "bf16" if row["precision"].startswith("bf16") else "fp32"
+            assert row["peak_reference"] == kind, (name, variant)
+            mfu = row["model_tflops_per_s"] * 1e12 / peaks["used_for_mfu"][kind]
+            assert row["mfu"] == pytest.approx(mfu), (name, variant)
+            vs_ref = speed[variant] / speed["nn_transformer_fp32"]
+            assert row["vs_nn_transformer_fp32"] == pytest.approx(vs_ref), (name, variant)
+        assert len(res["ratios"]) >= len(rows) - 1  # every variant against nn.Transformer
+        for key, value in res["ratios"].items():
+            a, b = key.split("_vs_")
+            assert value == pytest.approx(speed[a] / speed[b]), (name, key)
+    assert data["targets"]
+    for target in data["targets"]:
+        value = data["configs"][target["config"]]["ratios"][target["ratio"]]
+        assert target["value"] == value
+        assert target["met"] == (value >= target["threshold"])
 
 
 # --------------------------------------------------------------------------- attention scaling
@@ -304,7 +346,7 @@ def test_attention_main_writes_json(tmp_path):
 
 
 def test_batches_are_seeded_padded_and_counted():
-    a, b = tm.make_batches(TINY, CPU, seed=3), tm.make_batches(TINY, CPU, seed=3)
+    a, b = tm.random_batches(TINY, CPU, seed=3), tm.random_batches(TINY, CPU, seed=3)
     assert len(a) == TINY.n_batches
     for x, y in zip(a, b):
         assert torch.equal(x.src, y.src) and torch.equal(x.tgt, y.tgt)
@@ -314,7 +356,7 @@ def test_batches_are_seeded_padded_and_counted():
         positions = torch.arange(x.src.size(1))
         assert torch.equal(x.src != PAD, positions < src_len[:, None])
         assert x.ntokens == int((x.tgt_y != PAD).sum())
-    c = tm.make_batches(TINY, CPU, seed=4)[0].src
+    c = tm.random_batches(TINY, CPU, seed=4)[0].src
     assert c.shape != a[0].src.shape or not torch.equal(c, a[0].src)  # the seed matters
 
 
@@ -330,7 +372,7 @@ def test_nn_transformer_computes_our_function():
 def test_analytic_flops_equal_flop_counter(variant):
     """The analytic count (padded shapes) equals torch's FlopCounterMode for all the models."""
     _, step = ts.build_variant(variant, TINY, CPU)
-    batch = tm.make_batches(TINY, CPU)[0]
+    batch = tm.random_batches(TINY, CPU)[0]
     counted = flops.counted_flops(step, batch)
     v = ts.VARIANTS[variant]
     expected = flops.train_flops(
@@ -345,9 +387,9 @@ def test_analytic_flops_equal_flop_counter(variant):
 
 def test_unpadded_flops_without_padding_equal_padded():
     cfg = dataclasses.replace(TINY, min_len=7, max_len=7)
-    batch = tm.make_batches(cfg, CPU)[0]
+    batch = tm.random_batches(cfg, CPU)[0]
     assert flops.train_flops(cfg, batch) == flops.train_flops(cfg, batch, padded=True)
-    padded = tm.make_batches(TINY, CPU)[0]
+    padded = tm.random_batches(TINY, CPU)[0]
     assert flops.train_flops(TINY, padded) < flops.train_flops(TINY, padded, padded=True)
 
 
@@ -390,7 +432,7 @@ def test_kl_by_definition_matches_label_smoothing(vocab, rows, smoothing, seed):
 def test_layernorms_by_hand_keep_the_function():
     torch.manual_seed(0)
     model = tm.build_ours(TINY, CPU).eval()
-    batch = tm.make_batches(TINY, CPU)[0]
+    batch = tm.random_batches(TINY, CPU)[0]
     before = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
     assert tm.layernorms_by_hand(model) == 5 * TINY.N  # 2 per encoder layer, 3 per decoder layer
     assert not any(isinstance(m, LayerNorm) for m in model.modules())
@@ -416,7 +458,7 @@ def test_paper_dropout_only_touches_attention_and_ffn_dropout():
 
 def test_textbook_variant_uses_the_explicit_path():
     model = tm.build_textbook(TINY, CPU)
-    batch = tm.make_batches(TINY, CPU)[0]
+    batch = tm.random_batches(TINY, CPU)[0]
     model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
     attn = [m for m in model.modules() if isinstance(m, MultiHeadedAttention)]
     assert all(m.store_attention and m.attn is not None for m in attn)
@@ -427,7 +469,7 @@ def test_textbook_variant_uses_the_explicit_path():
 def test_trainer_step_gives_the_reference_step(name):
     """The trainer's step (generator on real tokens only, fused Adam; clipping off here) and
     the reference step (generator on every position) make the same update."""
-    batch = tm.make_batches(TINY, CPU)[0]
+    batch = tm.random_batches(TINY, CPU)[0]
     losses, params = [], []
     for trainer in (False, True):
         model = tm.BUILDERS[ts.VARIANTS[name].builder](TINY, CPU)
@@ -455,7 +497,7 @@ def test_trainer_step_clips_at_the_trainers_norm():
     tiny clip norm the first Adam update is unchanged (Adam is scale-free) but a second
     one differs, as the moments then mix clipped and unclipped gradients."""
     assert ts.TRAINER_CLIP_NORM == 1.0
-    batches = tm.make_batches(TINY, CPU)
+    batches = tm.random_batches(TINY, CPU)
     finals = []
     for clip in (None, 1e-6):
         model = tm.build_ours(TINY, CPU)

@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.checkpoint: round trips, exact resumption, atomicity, no pickle."""
+"""Tests of transformer_lib.translation.checkpoint: round trips, resuming, atomicity, no pickle."""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ from safetensors import safe_open
 from torch import nn
 from torch.testing import assert_close
 
-from transformer_lib import checkpoint as ckpt
-from transformer_lib.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from transformer_lib.translation import checkpoint as ckpt
+from transformer_lib.translation.checkpoint import (
+    average_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 V, D = 11, 6
 
@@ -141,8 +145,8 @@ def test_rng_state_round_trip(tmp_path):
     random.seed(9)
     np.random.seed(9)
     info = load_checkpoint(tmp_path / "c", restore_rng=True)
-    assert info["rng"]["torch"].dtype == torch.uint8
-    assert isinstance(info["rng"]["python"], tuple)  # exactly what random.setstate wants
+    assert info["rng"][0]["torch"].dtype == torch.uint8
+    assert isinstance(info["rng"][0]["python"], tuple)  # exactly what random.setstate wants
     got = (torch.rand(4), random.random(), np.random.rand(3))
     assert_close(got[0], expected[0], rtol=0, atol=0)
     assert got[1] == expected[1]
@@ -151,6 +155,24 @@ def test_rng_state_round_trip(tmp_path):
     assert not (tmp_path / "no_rng" / "trainer.json").exists()
     with pytest.raises(ValueError, match="holds no RNG state"):
         load_checkpoint(tmp_path / "no_rng", restore_rng=True)
+
+
+def test_rng_states_of_several_processes_and_the_old_single_state(tmp_path):
+    """One slot holds the RNG: one state per process (rank order), or this process's alone.
+    Checkpoints written when the slot held a bare state (not a list) still load and restore."""
+    states = [ckpt.capture_rng_state(), ckpt.capture_rng_state()]
+    info = load_checkpoint(save_checkpoint(tmp_path / "ddp", TiedLM(), {}, rng=states))
+    assert len(info["rng"]) == 2 and info["extra"] is None
+    torch.manual_seed(3)
+    save_checkpoint(tmp_path / "old", TiedLM(), {})
+    expected = torch.rand(2)
+    tree_file = tmp_path / "old" / "trainer.json"
+    tree = json.loads(tree_file.read_text())
+    tree["rng"] = tree["rng"][0]  # the format before one state per process
+    tree_file.write_text(json.dumps(tree))
+    info = load_checkpoint(tmp_path / "old", restore_rng=True, verify=False)
+    assert len(info["rng"]) == 1 and isinstance(info["rng"][0]["python"], tuple)
+    assert_close(torch.rand(2), expected, rtol=0, atol=0)
 
 
 def test_train_state_and_extra_keep_their_types(tmp_path):
@@ -192,12 +214,13 @@ def test_train_state_and_extra_keep_their_types(tmp_path):
 
 
 def test_tokenizer_is_stored(tmp_path):
-    from transformer_lib.data import encode, load_tokenizer, train_tokenizer
+    from transformer_lib.translation.data import encode_text, load_tokenizer, train_tokenizer
 
     tok = train_tokenizer(["ein Hund", "a dog", "zwei Hunde", "two dogs"] * 3, vocab_size=280)
     info = load_checkpoint(save_checkpoint(tmp_path / "c", TiedLM(), {}, tokenizer=tok))
     assert info["tokenizer"] == tmp_path / "c" / "tokenizer.json"
-    assert encode(load_tokenizer(info["tokenizer"]), "zwei dogs") == encode(tok, "zwei dogs")
+    assert encode_text(load_tokenizer(info["tokenizer"]), "zwei dogs") == encode_text(
+        tok, "zwei dogs")
     save_checkpoint(tmp_path / "d", TiedLM(), {}, tokenizer=info["tokenizer"])  # from a path
     assert (tmp_path / "d" / "tokenizer.json").read_bytes() == info["tokenizer"].read_bytes()
 

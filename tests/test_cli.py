@@ -6,7 +6,6 @@ shell sees (exit status, nothing on stdout, a single line on stderr, --debug's t
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import subprocess
 import sys
@@ -15,24 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lib import cli, data, trainer
-from transformer_lib.checkpoint import save_checkpoint
-from transformer_lib.model import make_model
+from transformer_lib import translation
+from transformer_lib.translation import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.toml"
-
-
-@pytest.fixture(scope="module")
-def checkpoint_dir(tmp_path_factory):
-    pairs = data.load_multi30k("val", limit=200)
-    tok = data.train_tokenizer([s for p in pairs for s in p], vocab_size=300)
-    cfg = trainer.load_config(TINY)
-    torch.manual_seed(0)
-    model = make_model(**cfg.model_kwargs(tok.get_vocab_size()))
-    path = tmp_path_factory.mktemp("ckpt") / "best"
-    save_checkpoint(path, model, dataclasses.asdict(cfg), tokenizer=tok)
-    return path
 
 
 def _one_error_line(capsys) -> str:
@@ -101,8 +87,8 @@ def test_translate_reports_a_bad_line_and_translates_the_others(checkpoint_dir, 
     captured = capsys.readouterr()
     out = captured.out.split("\n")
     assert len(out) == 4 and out[1] == "" and out[3] == ""  # one output line per input line
-    model, tok, _ = trainer.load_model(checkpoint_dir, torch.device("cpu"))
-    want = trainer.translate_sentences(model, tok, ["Ein Hund.", "Eine Frau."])
+    model, tok, _ = translation.load_model(checkpoint_dir, torch.device("cpu"))
+    want = translation.translate_sentences(model, tok, ["Ein Hund.", "Eine Frau."])
     assert [out[0], out[2]] == want
     assert captured.err.strip() == "error: line 2: not valid UTF-8 (byte 0xff at position 5)"
 

@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.data: verified Multi30k loading, download, tokenizer, batching."""
+"""Tests of transformer_lib.translation.data: verified Multi30k loading, download, BPE, batches."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib import data
-from transformer_lib.data import BOS, EOS, PAD, UNK
+from transformer_lib.translation import data
+from transformer_lib.translation.data import BOS, EOS, PAD, UNK
 
 # Where the tests read Multi30k: the local mirror (tests/conftest.py sets MULTI30K_DIR as the
 # task runner does), else the user cache, filled on first use by the `multi30k` marker.
@@ -305,7 +305,7 @@ def test_download_unreachable_server_and_unknown_file(tmp_path):
 # What a reader's first `load_multi30k` does on a fresh clone, run in a process of its own.
 FIRST_USE = """
 import json
-from transformer_lib import data
+from transformer_lib.translation import data
 first = data.load_multi30k("val")
 again = data.load_multi30k("val")
 print(json.dumps({"pairs": len(first), "same": first == again,
@@ -361,7 +361,8 @@ def test_first_use_downloads_verifies_and_caches(server, tmp_path, monkeypatch):
 def test_first_use_offline_is_one_error_naming_the_url_and_the_overrides(tmp_path):
     url = f"http://127.0.0.1:{_closed_port()}/raw"
     done = subprocess.run(
-        [sys.executable, "-c", "from transformer_lib import data; data.load_multi30k('val')"],
+        [sys.executable, "-c",
+         "from transformer_lib.translation import data; data.load_multi30k('val')"],
         env=_fresh_machine(tmp_path, url), cwd=ROOT,
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
@@ -530,11 +531,10 @@ def test_encode_pairs(tok):
     short = data.encode_pairs(pairs, tok, drop_longer_than=12)
     assert short == [(s, t) for s, t in ex if len(s) <= 12 and len(t) <= 12]
     assert 0 < len(short) < len(ex)
-    assert data.encode_pairs(pairs, tok, max_len=12) == short  # the old keyword still works
     with pytest.raises(ValueError, match="drop_longer_than must be None or an integer >= 1, got 0"):
         data.encode_pairs(pairs, tok, drop_longer_than=0)
-    with pytest.raises(ValueError, match="not both"):
-        data.encode_pairs(pairs, tok, 12, max_len=12)
+    with pytest.raises(TypeError, match="max_len"):  # the old name, with three meanings: gone
+        data.encode_pairs(pairs, tok, max_len=12)
 
 
 def test_the_tokenizer_helpers_do_not_shadow_the_models_decode():

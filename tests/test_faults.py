@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lib import checkpoint as ckpt
-from transformer_lib import data, trainer
-from transformer_lib._fileio import FileLock, LockHeld, sha256_file
-from transformer_lib.checkpoint import load_checkpoint, save_checkpoint
+from transformer_lib import translation
 from transformer_lib.model import make_model
+from transformer_lib.translation import _fileio, data
+from transformer_lib.translation._fileio import FileLock, LockHeld, sha256_file
+from transformer_lib.translation.checkpoint import load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.toml"
@@ -37,31 +37,14 @@ needs_data = pytest.mark.skipif(
 )
 
 
-def _cfg(**kw) -> trainer.Config:
-    return trainer.load_config(TINY, **{**FAST, **kw})
-
-
-@pytest.fixture(scope="module")
-def tok():
-    pairs = data.load_multi30k("val", limit=200)
-    return data.train_tokenizer([s for p in pairs for s in p], vocab_size=300)
-
-
-@pytest.fixture(scope="module")
-def checkpoint_dir(tmp_path_factory, tok):
-    """An untrained tiny model saved like the trainer saves one (no training needed)."""
-    cfg = trainer.load_config(TINY)
-    torch.manual_seed(0)
-    model = make_model(**cfg.model_kwargs(tok.get_vocab_size()))
-    path = tmp_path_factory.mktemp("ckpt") / "best"
-    save_checkpoint(path, model, dataclasses.asdict(cfg), tokenizer=tok)
-    return path
+def _cfg(**kw) -> translation.Config:
+    return translation.load_config(TINY, **{**FAST, **kw})
 
 
 def _holder(lock: Path, ready: Path) -> subprocess.Popen:
     """A process that takes `lock` and sleeps until killed."""
     code = (
-        "import sys, time, pathlib; from transformer_lib._fileio import FileLock\n"
+        "import sys, time, pathlib; from transformer_lib.translation._fileio import FileLock\n"
         f"l = FileLock({str(lock)!r}, what='x').acquire()\n"
         f"pathlib.Path({str(ready)!r}).write_text('ok'); time.sleep(600)\n"
     )
@@ -83,13 +66,13 @@ def test_a_run_directory_in_use_is_refused_naming_the_owner(tmp_path):
     holder = _holder(run / ".lock", tmp_path / "ready")
     try:
         with pytest.raises(LockHeld, match=rf"in use by process {holder.pid} on host .*delete"):
-            trainer.train(_cfg(), run, progress=False)
+            translation.train(_cfg(), run, progress=False)
         assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing else written
     finally:
         holder.kill()
         holder.wait()
     # The holder was killed: its lock is stale on this host and is taken over.
-    out = trainer.train(_cfg(), run, progress=False)
+    out = translation.train(_cfg(), run, progress=False)
     assert out["steps"] > 0 and not (run / ".lock").exists()
 
 
@@ -134,7 +117,7 @@ def _crash_between_renames(path: Path) -> None:
     """What a kill between `rename(path, old)` and `rename(tmp, path)` leaves behind."""
     os.rename(path, path.parent / f".{path.name}.old-0123456789ab")
     # the new version, complete or not, written by a process that is gone (pid 99999999)
-    (path.parent / (ckpt._tmp_prefix(path, 99999999) + "deadbeef")).mkdir()
+    (path.parent / (_fileio.tmp_prefix(path, 99999999) + "deadbeef")).mkdir()
 
 
 def test_load_recovers_a_checkpoint_left_mid_swap(tmp_path):
@@ -150,7 +133,7 @@ def test_saving_removes_debris_of_crashed_saves(tmp_path):
     model = torch.nn.Linear(2, 2)
     save_checkpoint(tmp_path / "last", model, {"n": 1})
     _crash_between_renames(tmp_path / "last")
-    (tmp_path / (ckpt._tmp_prefix(tmp_path / "averaged", 99999999) + "0badf00d")).mkdir()
+    (tmp_path / (_fileio.tmp_prefix(tmp_path / "averaged", 99999999) + "0badf00d")).mkdir()
     (tmp_path / ".averaged.tmp-abcd1234").mkdir()  # an old-style name, two hours old
     os.utime(tmp_path / ".averaged.tmp-abcd1234", (time.time() - 7200,) * 2)
     save_checkpoint(tmp_path / "last", model, {"n": 2})
@@ -169,10 +152,10 @@ def test_resume_after_a_crash_mid_swap_continues_from_the_saved_step(tmp_path):
             raise Stop
 
     with pytest.raises(Stop):
-        trainer.train(cfg, tmp_path, progress=False, on_step=stop)
+        translation.train(cfg, tmp_path, progress=False, on_step=stop)
     _crash_between_renames(tmp_path / "last")
     seen: list[int] = []
-    trainer.train(cfg, tmp_path, resume=True, progress=False, on_step=seen.append)
+    translation.train(cfg, tmp_path, resume=True, progress=False, on_step=seen.append)
     assert seen[0] == 3  # continued after step 2, not from step 0
 
 
@@ -186,7 +169,7 @@ def test_an_edited_tokenizer_is_detected(checkpoint_dir, tmp_path):
     with pytest.raises(ValueError, match=r"tokenizer\.json is corrupt"):
         load_checkpoint(copy)
     with pytest.raises(ValueError, match=r"tokenizer\.json is corrupt"):
-        trainer.load_model(copy, torch.device("cpu"))
+        translation.load_model(copy, torch.device("cpu"))
 
 
 # ------------------------------------------------------------------ 4. divergence
@@ -196,20 +179,20 @@ def test_divergence_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
     # A learning rate of ~1e29 overflows the weights within a few steps.
     cfg = _cfg(lr_factor=1e30, warmup=1, clip_norm=None, save_every=1, epochs=2)
     with pytest.raises(FloatingPointError, match=r"diverged at step \d+.*last good checkpoint"):
-        trainer.train(cfg, tmp_path, progress=False)
-    model, _, _ = trainer.load_model(tmp_path / "last", torch.device("cpu"))
+        translation.train(cfg, tmp_path, progress=False)
+    model, _, _ = translation.load_model(tmp_path / "last", torch.device("cpu"))
     assert all(torch.isfinite(p).all() for p in model.parameters())
     history = tmp_path / "history.json"
     assert not history.exists() or "NaN" not in history.read_text()
 
 
 def test_a_checkpoint_with_nan_weights_is_refused(checkpoint_dir, tmp_path):
-    model, tok, cfg = trainer.load_model(checkpoint_dir, torch.device("cpu"))
+    model, tok, cfg = translation.load_model(checkpoint_dir, torch.device("cpu"))
     with torch.no_grad():
         next(model.parameters())[0, 0] = math.nan
     save_checkpoint(tmp_path / "nan", model, dataclasses.asdict(cfg), tokenizer=tok)
     with pytest.raises(ValueError, match="not finite"):
-        trainer.load_model(tmp_path / "nan", torch.device("cpu"))
+        translation.load_model(tmp_path / "nan", torch.device("cpu"))
 
 
 # ------------------------------------------------------------------ 5, 10, 11. resuming
@@ -225,7 +208,7 @@ def interrupted_run(tmp_path_factory):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        trainer.train(_cfg(), run, progress=False, on_step=stop)
+        translation.train(_cfg(), run, progress=False, on_step=stop)
     return run
 
 
@@ -234,29 +217,29 @@ def test_resume_with_a_changed_config_names_the_keys_and_writes_nothing(interrup
     before = (run / "config.json").read_text()
     changed = r"d_model: 32 in the run, 64 now; lr_factor: 1\.0 in the run, 2\.0 now"
     with pytest.raises(ValueError, match=changed):
-        trainer.train(_cfg(lr_factor=2.0, d_model=64, h=2), run, resume=True, progress=False)
+        translation.train(_cfg(lr_factor=2.0, d_model=64, h=2), run, resume=True, progress=False)
     assert (run / "config.json").read_text() == before
     # epochs and the time limit may change: a longer run is a normal reason to resume
-    out = trainer.train(_cfg(epochs=2, time_limit_min=30), run, resume=True, progress=False)
+    out = translation.train(_cfg(epochs=2, time_limit_min=30), run, resume=True, progress=False)
     assert [r["epoch"] for r in out["history"]] == [1, 2]
 
 
 def test_resume_of_a_missing_run_directory_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist.*without resume"):
-        trainer.train(_cfg(), tmp_path / "nope", resume=True, progress=False)
+        translation.train(_cfg(), tmp_path / "nope", resume=True, progress=False)
     assert not (tmp_path / "nope").exists()
 
 
 def test_a_new_run_into_an_existing_run_is_refused(interrupted_run, tmp_path):
     run = shutil.copytree(interrupted_run, tmp_path / "run")
     with pytest.raises(FileExistsError, match="already holds a run.*resume"):
-        trainer.train(_cfg(), run, progress=False)
+        translation.train(_cfg(), run, progress=False)
 
 
 def test_resumed_epoch_loss_covers_the_whole_epoch(interrupted_run, tmp_path):
-    full = trainer.train(_cfg(), tmp_path / "full", progress=False)
+    full = translation.train(_cfg(), tmp_path / "full", progress=False)
     run = shutil.copytree(interrupted_run, tmp_path / "run")
-    resumed = trainer.train(_cfg(), run, resume=True, progress=False)
+    resumed = translation.train(_cfg(), run, resume=True, progress=False)
     assert resumed["history"][0]["train_loss"] == full["history"][0]["train_loss"]
 
 
@@ -275,9 +258,9 @@ def test_a_crafted_config_cannot_force_a_huge_allocation(checkpoint_dir, tmp_pat
     def no_build(**kw):
         raise AssertionError("the model was built")
 
-    monkeypatch.setattr(trainer, "make_model", no_build)
+    monkeypatch.setattr("transformer_lib.translation.config.make_model", no_build)
     with pytest.raises(ValueError, match=r"parameters.*max_params"):
-        trainer.load_model(copy, torch.device("cpu"))
+        translation.load_model(copy, torch.device("cpu"))
 
 
 def test_a_config_of_the_wrong_type_in_a_checkpoint_is_named(checkpoint_dir, tmp_path):
@@ -286,7 +269,7 @@ def test_a_config_of_the_wrong_type_in_a_checkpoint_is_named(checkpoint_dir, tmp
     config["N"] = "three"
     (copy / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"N must be an integer"):
-        trainer.load_model(copy, torch.device("cpu"), verify=False)
+        translation.load_model(copy, torch.device("cpu"), verify=False)
 
 
 # ------------------------------------------------------------------ 8, 9. numbers and config keys
@@ -315,47 +298,48 @@ def test_every_config_key_is_checked_before_any_work(tmp_path, key, value, messa
     toml = tmp_path / "c.toml"
     toml.write_text("\n".join([*lines, f"{key} = {rendered}"]) + "\n")
     with pytest.raises(ValueError, match=message):
-        trainer.load_config(toml)
+        translation.load_config(toml)
     # A Config built in code is checked as well, before train() creates anything.
     with pytest.raises(ValueError, match=message):
-        trainer.Config(**{**dataclasses.asdict(trainer.load_config(TINY)), key: value})
+        translation.Config(**{**dataclasses.asdict(translation.load_config(TINY)), key: value})
 
 
 def test_the_old_max_len_key_is_explained(tmp_path):
     toml = tmp_path / "c.toml"
     toml.write_text(TINY.read_text() + "\nmax_len = 80\n")
     with pytest.raises(ValueError, match=r"max_len.*renamed.*drop_longer_than"):
-        trainer.load_config(toml)
+        translation.load_config(toml)
 
 
 def test_bad_beam_sizes_are_value_errors(checkpoint_dir):
-    model, tok, _ = trainer.load_model(checkpoint_dir, torch.device("cpu"))
+    model, tok, _ = translation.load_model(checkpoint_dir, torch.device("cpu"))
     for beam in (0, -1, 1.5):
         with pytest.raises(ValueError, match="beam_size must be an integer >= 1"):
-            trainer.translate_sentences(model, tok, ["Ein Hund."], beam_size=beam)
+            translation.translate_sentences(model, tok, ["Ein Hund."], beam_size=beam)
 
 
 # ------------------------------------------------------------------ 12. input length
 
 
 def test_a_sentence_over_the_input_limit_is_refused_by_index(checkpoint_dir):
-    model, tok, _ = trainer.load_model(checkpoint_dir, torch.device("cpu"))
+    model, tok, _ = translation.load_model(checkpoint_dir, torch.device("cpu"))
     long = "Hund " * 5000
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match=r"sentences\[1\] has \d+ subwords.*max_input_len=256"):
-        trainer.translate_sentences(model, tok, ["Ein Hund.", long], max_input_len=256)
+        translation.translate_sentences(model, tok, ["Ein Hund.", long], max_input_len=256)
     assert time.perf_counter() - t0 < 30
 
 
-def test_output_length_stays_inside_a_learned_position_table(tok):
-    cfg = dataclasses.replace(trainer.load_config(TINY), positional="learned", max_positions=24)
+def test_output_length_stays_inside_a_learned_position_table(val_tokenizer):
+    tok = val_tokenizer
+    cfg = dataclasses.replace(translation.load_config(TINY), positional="learned", max_positions=24)
     model = make_model(**cfg.model_kwargs(tok.get_vocab_size())).eval()
     sentence = "ein Mann"
     while len(data.encode_text(tok, sentence + " ein Mann", add_special=False)) <= 22:
         sentence += " ein Mann"
     n = len(data.encode_text(tok, sentence, add_special=False))
     assert 16 <= n <= 22  # fits the table, but may produce 1.5 * n + 10 > 24 output tokens
-    [out] = trainer.translate_sentences(model, tok, [sentence], max_len_a=1.5, max_len_b=10)
+    [out] = translation.translate_sentences(model, tok, [sentence], max_len_a=1.5, max_len_b=10)
     assert isinstance(out, str)
 
 
@@ -404,21 +388,21 @@ def test_download_timeout_is_a_deadline_for_the_whole_download(tmp_path):
 def test_parameter_count_from_the_config_matches_the_built_model(changes):
     from transformer_lib.model import count_parameters
 
-    cfg = dataclasses.replace(trainer.load_config(TINY), **changes)
+    cfg = dataclasses.replace(translation.load_config(TINY), **changes)
     built = make_model(**cfg.model_kwargs(300))
-    assert trainer.parameter_count(cfg, 300) == count_parameters(built)
+    assert translation.parameter_count(cfg, 300) == count_parameters(built)
 
 
 def test_fast_works_on_a_config_made_in_code_and_beam_size_is_the_default_beam(checkpoint_dir):
-    cfg = trainer.Config(fast=True)
+    cfg = translation.Config(fast=True)
     assert (cfg.precision, cfg.attn_dropout, cfg.ffn_dropout) == ("auto", 0.0, 0.0)
     with pytest.raises(ValueError, match="fast = true means"):
-        trainer.Config(fast=True, attn_dropout=0.1)
-    model, tok, cfg = trainer.load_model(checkpoint_dir, torch.device("cpu"))
+        translation.Config(fast=True, attn_dropout=0.1)
+    model, tok, cfg = translation.load_model(checkpoint_dir, torch.device("cpu"))
     sentences = ["Ein Hund rennt.", "Zwei Männer."]
     assert cfg.beam_size == 2  # configs/tiny.toml
-    assert trainer.translate(checkpoint_dir, sentences, device=torch.device("cpu")) == \
-        trainer.translate_sentences(model, tok, sentences, beam_size=2, **cfg.decode_kwargs())
+    assert translation.translate(checkpoint_dir, sentences, device=torch.device("cpu")) == \
+        translation.translate_sentences(model, tok, sentences, beam_size=2, **cfg.decode_kwargs())
 
 
 def test_a_run_saved_before_the_new_keys_resumes(interrupted_run, tmp_path):
@@ -430,9 +414,9 @@ def test_a_run_saved_before_the_new_keys_resumes(interrupted_run, tmp_path):
     del config["max_positions"]
     (run / "last" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="corrupt"):  # the manifest notices the edit ...
-        trainer.train(_cfg(), run, resume=True, progress=False)
+        translation.train(_cfg(), run, resume=True, progress=False)
     manifest = json.loads((run / "last" / "manifest.json").read_text())
     manifest["files"]["config.json"]["sha256"] = sha256_file(run / "last" / "config.json")
     (run / "last" / "manifest.json").write_text(json.dumps(manifest))
-    out = trainer.train(_cfg(), run, resume=True, progress=False)  # ... the resume does not
+    out = translation.train(_cfg(), run, resume=True, progress=False)  # ... the resume does not
     assert out["history"][0]["epoch"] == 1

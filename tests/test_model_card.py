@@ -6,7 +6,7 @@ from pathlib import Path
 
 from _tools import load_tool
 
-from transformer_lib.pretrained import pretrained_path
+from transformer_lib.translation.pretrained import pretrained_path
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from transformer_lib.multihead import MultiHeadedAttention, _fast_attention
+from transformer_lib.attention import attention
+from transformer_lib.multihead import MultiHeadedAttention, _fast_attention, fused_attention
 
 
 def make_pair(h=4, d_model=32, bias=True, dtype=torch.float32, seed=0):
@@ -154,6 +155,28 @@ def test_fully_masked_rows_are_finite_and_zero(store):
     out.sum().backward()
     assert torch.isfinite(x.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "per_head", "fully_masked_rows"])
+def test_fused_attention_equals_chapter_1_attention(mask_kind):
+    """fused_attention is chapter 1's attention on split heads, fully masked rows included
+    (a zero output where the kernel alone would give something else)."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 4, 8, generator=g)
+    k, v = torch.randn(2, 3, 6, 8, generator=g), torch.randn(2, 3, 6, 8, generator=g)
+    mask = {
+        "none": None,
+        "padding": padding([6, 3], 6)[:, None, None, :],  # (batch, 1, 1, k_len)
+        "per_head": torch.rand(2, 3, 4, 6, generator=g) < 0.7,
+        "fully_masked_rows": torch.ones(2, 1, 4, 6, dtype=torch.bool),
+    }[mask_kind]
+    if mask_kind == "fully_masked_rows":
+        mask[0, :, 1] = False  # query 1 of sentence 0 sees no key
+        mask[1] = False  # sentence 1 sees nothing
+    expected, _ = attention(q, k, v, mask)
+    torch.testing.assert_close(fused_attention(q, k, v, mask, 0.0), expected)
+    if mask is not None:
+        assert (fused_attention(q, k, v, mask, 0.0)[~mask.any(-1).expand(2, 3, 4)] == 0).all()
 
 
 def test_store_attention_rows_sum_to_one_and_are_kept():

@@ -9,9 +9,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from transformer_lib import pretrained
-from transformer_lib.pretrained import load_pretrained, pretrained_path
-from transformer_lib.trainer import load_model, translate_sentences
+from transformer_lib.translation import load_model, pretrained, translate_sentences
+from transformer_lib.translation.pretrained import load_pretrained, pretrained_path
 
 SENTENCE = "Ein Hund rennt durch den Schnee."
 
@@ -83,7 +82,7 @@ def _cli(argv, stdin=b"", monkeypatch=None, capsys=None):
     import io
     import sys
 
-    from transformer_lib.cli import main
+    from transformer_lib.translation.cli import main
 
     class _Stdin(io.TextIOWrapper):
         pass
@@ -192,7 +191,7 @@ def _pin_bf16(monkeypatch, native: bool) -> None:
 
 def _spy_autocast(monkeypatch) -> list[bool]:
     """Whether bf16 autocast was on at each decoder call of translate_sentences."""
-    from transformer_lib import trainer
+    from transformer_lib.translation import inference
 
     seen: list[bool] = []
 
@@ -203,23 +202,23 @@ def _spy_autocast(monkeypatch) -> list[bool]:
         return spy
 
     for name in ("greedy_decode", "beam_search"):
-        monkeypatch.setattr(trainer, name, spying(getattr(trainer, name)))
+        monkeypatch.setattr(inference, name, spying(getattr(inference, name)))
     return seen
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["avx2", "bf16_native"])
 def test_inference_uses_bf16_only_where_native_whatever_the_model_trained_in(
         shipped, monkeypatch, capsys, tmp_path, native):
-    from transformer_lib import trainer
+    from transformer_lib import translation
 
     assert shipped[2].precision == "bf16"  # how it was trained: no order for translating
     _pin_bf16(monkeypatch, native)
     seen, cpu, want = _spy_autocast(monkeypatch), torch.device("cpu"), "bf16" if native else "fp32"
-    trainer.translate(pretrained_path(), [SENTENCE], beam_size=2, device=cpu)
-    result = trainer.evaluate(pretrained_path(), "val", beam_size=1, limit=2, device=cpu)
+    translation.translate(pretrained_path(), [SENTENCE], beam_size=2, device=cpu)
+    result = translation.evaluate(pretrained_path(), "val", beam_size=1, limit=2, device=cpu)
     translate_sentences(*shipped[:2], [SENTENCE])
     assert seen == [native] * 3 and result["precision"] == want
-    trainer.translate(pretrained_path(), [SENTENCE], device=cpu, precision="fp32")
+    translation.translate(pretrained_path(), [SENTENCE], device=cpu, precision="fp32")
     assert seen[-1] is False  # forced
     # the command line: auto by default, --precision forces; evaluate logs one line on stderr
     (tmp_path / "a.de").write_text(SENTENCE + "\n", encoding="utf-8")
@@ -249,7 +248,7 @@ _EMULATED_SCRIPT = f"""
 import json, sys, time, torch
 torch.set_num_threads(1)
 from transformer_lib import load_pretrained
-from transformer_lib.trainer import resolve_precision, translate_sentences
+from transformer_lib.translation import resolve_precision, translate_sentences
 model, tok, _ = load_pretrained(device="cpu")
 out = {{"auto": resolve_precision("auto", "cpu"), "seconds": {{}}, "translations": {{}}}}
 for precision in ("auto", "fp32", "auto", "fp32"):  # interleaved, the first two are warm-up
@@ -264,7 +263,6 @@ AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
         "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
-@pytest.mark.slow
 def test_on_an_emulated_avx2_cpu_the_default_is_the_fp32_path():
     """On a CPU without native bf16 the shipped model translated 1.9x slower in bf16 (its
     config's precision) than in fp32: the default now resolves to fp32 there. The same path,

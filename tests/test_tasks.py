@@ -1,13 +1,16 @@
 """tools/tasks.py (the task runner the Makefile calls) and tools/envcheck.py.
 
-The plans are checked with the runner's dry run: the `test` task must run exactly the steps the
-Makefile ran before it delegated to tools/tasks.py, and the Makefile must run nothing else.
+The plans are checked with the runner's dry run: `test` runs every check the README lists over
+the whole repository, each `make` command of the README prints the same plan as its
+`python tools/tasks.py` twin, and paths and `--dry-run` mean what they say wherever they are given.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,27 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 tasks = load_tool("tasks")
 envcheck = load_tool("envcheck")
 
-# `make test` as the Makefile defined it at 41ddb1b, step by step (after the install step).
-MAKE_TEST_LINUX = [
-    ".venv/bin/ruff check .",
-    ".venv/bin/python tools/export.py --check",
-    "OMP_NUM_THREADS=1 .venv/bin/pytest -n 2 -q tests",
-    ".venv/bin/pytest -q -p no:randomly --nbval chapters --nbval-sanitize-with "
-    "tests/nbval_sanitize.cfg -n 2 --dist loadfile",
-    "bash tools/browser_deps.sh",
-    ".venv/bin/python tools/fetch_assets.py",
-    ".venv/bin/python tools/ci_config.py > _build_ci_config.yml",
-    "remove _build/html",
-    ".venv/bin/jupyter-book build --all -W -n --keep-going --config _build_ci_config.yml .",
-    "remove _build_ci_config.yml",
-    ".venv/bin/pytest -q tests/site",
-]
-MAKE_BOOK_LINUX = [
-    ".venv/bin/python tools/fetch_assets.py",
-    "remove _build/html",
-    ".venv/bin/jupyter-book build --all -W -n --keep-going .",
-    "# Open _build/html/index.html",
-]
+# What `make test` runs, in the README's order: "lint, package-vs-chapters check, unit tests,
+# nbval on every chapter, site + browser check".
+TEST_STEPS = ["lint", "export-check", "unit", "nbval", "book-check"]
 
 
 def plan(task: str, *args: str, system: str = "Linux", installed: bool = True) -> list[str]:
@@ -56,12 +41,81 @@ def no_browser(monkeypatch):
     monkeypatch.setattr(tasks, "_installed_chrome", lambda system: None)
 
 
-def test_test_task_runs_the_makefiles_steps_on_linux(no_browser):
-    assert plan("test") == MAKE_TEST_LINUX
+@pytest.fixture
+def x86(monkeypatch):
+    """Plans of test-emulated, which refuses other machines, on any CI runner (macOS: arm64)."""
+    monkeypatch.setattr(tasks.platform, "machine", lambda: "x86_64")
 
 
-def test_book_task_runs_the_makefiles_steps(no_browser):
-    assert plan("book") == MAKE_BOOK_LINUX
+def test_test_task_runs_every_check_over_the_whole_repository(no_browser):
+    """`test` is its five steps one after another, each over everything it checks."""
+    assert plan("test") == [line for step in TEST_STEPS for line in plan(step)]
+    lint, export_check, unit, nbval, book_check = (plan(step) for step in TEST_STEPS)
+    assert lint[-1].split()[-2:] == ["check", "."]  # every file, chapters included
+    assert export_check[-1].endswith("tools/export.py --check")
+    assert unit[-1].split()[-1] == "tests"
+    assert " --nbval chapters " in nbval[-1]
+    assert book_check[-1].split()[-2:] == ["-q", "tests/site"]  # with the browser, on Linux
+
+
+def test_book_task_executes_every_chapter_and_book_check_builds_that_site(no_browser):
+    book = plan("book")
+    build = next(s for s in book if " build " in s)
+    # No --config: _config.yml applies, and it executes every chapter on every build.
+    assert "--config" not in build
+    assert "execute_notebooks: force" in (ROOT / "_config.yml").read_text(encoding="utf-8")
+    assert book.index("remove _build/html") < book.index(build)  # no pages of removed files
+    assert book[-1] == "# Open _build/html/index.html"
+    # book-check renders the same site from the stored outputs: the same build, plus the
+    # config with execution off.
+    check = next(s for s in plan("book-check") if " build " in s).split()
+    at = check.index("--config")
+    assert check[at + 1] == tasks.SITE_CONFIG
+    assert check[:at] + check[at + 2 :] == build.split()
+
+
+def _readme_pairs() -> list[tuple[str, str]]:
+    """(make command, tasks.py arguments) that the README gives as the same step."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    pairs = re.findall(r"^\| `(make [^`]+)` \| `python tools/tasks.py ([^`]+)` \|$", text, re.M)
+    pairs += re.findall(r"`(make [^`]+)`, or `python tools/tasks.py ([^`]+)`", text)
+    pairs += [(m, t) for t, m in re.findall(r"^python tools/tasks.py (.+?) +# or: (make .+)$",
+                                            text, re.M)]  # fmt: skip
+    return pairs
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_each_make_command_of_the_readme_runs_its_tasks_py_twin(monkeypatch, capsys, x86):
+    """`make X` and the README's `python tools/tasks.py X` print the same plan (dry run)."""
+    monkeypatch.chdir(ROOT)  # main() changes into the repository; keep the test's cwd
+    pairs = _readme_pairs()
+    assert {"make book", "make test", "make install", "make envcheck"} <= {m for m, _ in pairs}
+
+    def dry_run(argv: list[str]) -> str:
+        assert tasks.main(["--dry-run", *argv]) == 0
+        return capsys.readouterr().out
+
+    for make, twin in pairs:
+        recipe = subprocess.run(
+            ["make", "-n", *shlex.split(make)[1:]], cwd=ROOT, capture_output=True, text=True,
+            check=True,
+        ).stdout.splitlines()  # fmt: skip
+        assert recipe, f"`{make}` runs nothing"
+        via_make = ""
+        for line in recipe:
+            argv = shlex.split(line)
+            assert argv[1] == "tools/tasks.py", f"`{make}` runs {line}, not a task"
+            via_make += dry_run(argv[2:])
+        assert via_make == dry_run(shlex.split(twin)), make
+
+
+def test_every_make_command_the_docs_name_is_a_target():
+    targets = _make_targets()
+    for doc in ("README.md", "CONTRIBUTING.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        named = set(re.findall(r"(?:`|^)make ([a-z][\w-]*)", text, re.M))
+        assert named, doc
+        assert named <= set(targets), f"{doc} names make {sorted(named - set(targets))}"
 
 
 def test_steps_run_with_the_makefiles_environment():
@@ -103,7 +157,7 @@ def test_install_runs_once_per_invocation(no_browser):
     # `make test` checked its stamp once per target; one `venv` step for the whole test task.
     steps = plan("test", installed=False)
     assert sum(s.endswith("-m venv .venv") for s in steps) == 1
-    assert steps.index("touch .venv/.installed") < steps.index(MAKE_TEST_LINUX[0])
+    assert steps.index("touch .venv/.installed") < steps.index(".venv/bin/ruff check .")
 
 
 def test_stamp_is_stale_when_pyproject_or_constraints_is_newer(tmp_path, monkeypatch):
@@ -201,6 +255,94 @@ def test_cli_dry_run_and_argument_errors(monkeypatch, capsys):
         tasks.main(["book", "chapters/01_attention.ipynb"])
     assert exc.value.code == 2
     assert "takes no arguments" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        tasks.main(["tset"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'tset'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """main() with every command refused: a test that reaches one fails, naming it."""
+
+    def refuse(argv, *args, **kwargs):
+        raise AssertionError(f"ran {argv}")
+
+    monkeypatch.setattr(tasks.subprocess, "run", refuse)
+    monkeypatch.setattr(tasks.Path, "touch", refuse)
+
+
+@pytest.mark.parametrize("argv", [
+    ["unit", "tests/test_masks.py", "--dry-run"],
+    ["unit", "--dry-run", "tests/test_masks.py"],
+    ["unit", "tests/test_masks.py", "-n"],
+    ["test", "--dry-run"],
+    ["test-emulated", "avx2", "--dry-run"],
+])  # fmt: skip
+def test_dry_run_is_honoured_wherever_it_is_given(argv, nothing_runs, monkeypatch, capsys, x86):
+    """`tasks.py unit tests/test_masks.py --dry-run` passed `--dry-run` on to pytest and ran the
+    steps (install included); `tasks.py test --dry-run` was refused."""
+    monkeypatch.chdir(ROOT)
+    assert tasks.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "+ " in out and "--dry-run" not in out
+    want = tasks.main(["--dry-run", *[a for a in argv if a not in ("--dry-run", "-n")]])
+    assert want == 0 and capsys.readouterr().out == out  # the same plan as with it first
+
+
+def test_paths_are_resolved_against_the_callers_directory(monkeypatch, capsys, tmp_path):
+    """`cd chapters; python ../tools/tasks.py nbval 02_masks.ipynb` checked ROOT/02_masks.ipynb."""
+
+    def planned(cwd: Path, *argv: str) -> str:
+        monkeypatch.chdir(cwd)  # main() changes into the repository
+        assert tasks.main(["--dry-run", *argv]) == 0
+        return capsys.readouterr().out
+
+    chapters, tests = ROOT / "chapters", ROOT / "tests"
+    assert " --nbval chapters/02_masks.ipynb --nbval-sanitize-with" in planned(
+        chapters, "nbval", "02_masks.ipynb")
+    execute = planned(chapters, "execute", "02_masks.ipynb", "../chapters/01_attention.ipynb")
+    assert " chapters/02_masks.ipynb chapters/01_attention.ipynb\n" in execute
+    # pytest's node ids keep their test name; "." is the folder the caller is in
+    assert planned(tests, "unit", "test_masks.py::test_x", ".").endswith(
+        " -q tests/test_masks.py::test_x tests\n")
+    assert planned(tests, "lint", "..").endswith("ruff check .\n")
+    # outside the repository: the absolute path
+    (tmp_path / "test_mine.py").write_text("")
+    mine = (tmp_path / "test_mine.py").resolve()
+    assert planned(tmp_path, "unit", "test_mine.py").endswith(f" -q {mine}\n")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["nbval", "02_masks.ipynb"], "no such file or directory: '02_masks.ipynb' (in "),
+    (["unit", "--", "-k", "masks"], "takes paths, not options"),
+    (["unit", "-k", "masks"], "unrecognized arguments: -k"),
+    (["execute", "chapters"], "execute takes notebooks (.ipynb)"),
+    (["envcheck", "--all"], "unrecognized arguments: --all"),
+    (["envcheck", "all"], "takes no arguments"),
+])  # fmt: skip
+def test_bad_arguments_are_refused_before_anything_runs(argv, message, nothing_runs, capsys,
+                                                        monkeypatch):  # fmt: skip
+    """A path that is not there, an option the runner would have passed on as a path, or an
+    argument a task ignores (envcheck took any and ran anyway): a usage error, nothing run."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exc:
+        tasks.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_test_emulated_refuses_a_cpu_it_cannot_imitate(nothing_runs):
+    """The variables only lower x86 instruction sets: on an ARM machine the run would check
+    the machine's own CPU while saying "emulated CPU: baseline"."""
+    for machine in ("arm64", "aarch64"):
+        r = tasks.Runner(dry_run=True, installed=True, machine=machine)
+        with pytest.raises(tasks.TaskError, match=f"x86 .* this {machine} machine"):
+            tasks.test_emulated(r, [])
+        assert r.log == []
+    r = tasks.Runner(dry_run=True, installed=True, machine="AMD64")  # Windows says so
+    tasks.test_emulated(r, ["avx2"])
+    assert sum("--nbval" in line for line in r.log) == 1
 
 
 # ------------------------------------------------------------------------------ Makefile
@@ -244,7 +386,7 @@ def test_ci_run_calls_make_test():
 
 
 def test_test_emulated_runs_unit_and_nbval_under_each_imitated_cpu(capsys):
-    r = tasks.Runner(dry_run=True, installed=True)
+    r = tasks.Runner(dry_run=True, installed=True, machine="x86_64")
     tasks.test_emulated(r, ["avx2", "baseline"])
     said = [line.split(" (")[0] for line in r.log if line.startswith("# emulated CPU")]
     assert said == ["# emulated CPU: avx2", "# emulated CPU: baseline"]

@@ -17,8 +17,11 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from transformer_lib import cli, trainer
-from transformer_lib.checkpoint import load_checkpoint
+from transformer_lib import translation
+from transformer_lib.model import make_model
+from transformer_lib.training import rate
+from transformer_lib.translation import cli, loop, rundir
+from transformer_lib.translation.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.toml"
@@ -27,11 +30,11 @@ OVERRIDES = dict(train_limit=192, val_limit=16, epochs=2, save_every=3, max_toke
 
 
 def _weights(run: Path, name: str = "last") -> dict[str, torch.Tensor]:
-    model, _, _ = trainer.load_model(run / name)
+    model, _, _ = translation.load_model(run / name)
     return model.state_dict()
 
 
-def _write_toml(cfg: trainer.Config, path: Path) -> Path:
+def _write_toml(cfg: translation.Config, path: Path) -> Path:
     lines = []
     for key, value in dataclasses.asdict(cfg).items():
         if value is None:
@@ -53,8 +56,8 @@ class Interrupt(Exception):
                          ids=["adam", "adamw"])
 def test_resume_after_an_interruption_gives_the_same_weights(tmp_path, decay):
     # dropout: the RNG state matters; AdamW: two parameter groups to save and restore
-    cfg = trainer.load_config(TINY, **OVERRIDES, dropout=0.1, **decay)
-    full = trainer.train(cfg, tmp_path / "full", progress=False)
+    cfg = translation.load_config(TINY, **OVERRIDES, dropout=0.1, **decay)
+    full = translation.train(cfg, tmp_path / "full", progress=False)
     assert full["steps"] >= 8, "the run is too short to interrupt mid-epoch"
 
     def stop_at(step: int) -> None:
@@ -64,10 +67,10 @@ def test_resume_after_an_interruption_gives_the_same_weights(tmp_path, decay):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        trainer.train(cfg, tmp_path / "cut", progress=False, on_step=stop_at)
+        translation.train(cfg, tmp_path / "cut", progress=False, on_step=stop_at)
     state = load_checkpoint(tmp_path / "cut" / "last")["train_state"]
     assert state["step"] == 3 and state["epoch"] == 0
-    resumed = trainer.train(cfg, tmp_path / "cut", resume=True, progress=False)
+    resumed = translation.train(cfg, tmp_path / "cut", resume=True, progress=False)
     assert resumed["steps"] == full["steps"]
     assert [r["val_loss"] for r in resumed["history"]] == [r["val_loss"] for r in full["history"]]
     a, b = _weights(tmp_path / "full"), _weights(tmp_path / "cut")
@@ -76,11 +79,11 @@ def test_resume_after_an_interruption_gives_the_same_weights(tmp_path, decay):
 
 
 def test_time_limit_inside_an_epoch_keeps_the_partial_epoch_and_resumes(tmp_path):
-    cfg = trainer.load_config(TINY, **OVERRIDES, dropout=0.1)
-    full = trainer.train(cfg, tmp_path / "full", progress=False)
+    cfg = translation.load_config(TINY, **OVERRIDES, dropout=0.1)
+    full = translation.train(cfg, tmp_path / "full", progress=False)
     # A limit of ~0 s stops training after the first optimizer step, inside epoch 1.
-    cut = trainer.train(dataclasses.replace(cfg, time_limit_min=1e-9), tmp_path / "cut",
-                        progress=False)
+    cut = translation.train(dataclasses.replace(cfg, time_limit_min=1e-9), tmp_path / "cut",
+                            progress=False)
     assert cut["steps"] == 1
     [record] = json.loads((tmp_path / "cut" / "history.json").read_text())
     assert record["epoch"] == 1 and 0 < record["epoch_fraction"] < 1
@@ -88,7 +91,7 @@ def test_time_limit_inside_an_epoch_keeps_the_partial_epoch_and_resumes(tmp_path
     assert (tmp_path / "cut" / "epoch_001").is_dir() and (tmp_path / "cut" / "best").is_dir()
     state = load_checkpoint(tmp_path / "cut" / "last")["train_state"]
     assert (state["epoch"], state["step_in_epoch"], state["history"]) == (0, 1, [])
-    resumed = trainer.train(cfg, tmp_path / "cut", resume=True, progress=False)
+    resumed = translation.train(cfg, tmp_path / "cut", resume=True, progress=False)
     history = json.loads((tmp_path / "cut" / "history.json").read_text())
     assert history == resumed["history"] and [r["epoch"] for r in history] == [1, 2]
     assert resumed["steps"] == full["steps"]
@@ -99,19 +102,19 @@ def test_time_limit_inside_an_epoch_keeps_the_partial_epoch_and_resumes(tmp_path
 
 
 def test_resume_without_a_checkpoint_starts_fresh(tmp_path):
-    cfg = trainer.load_config(TINY, **OVERRIDES)
-    out = trainer.train(dataclasses.replace(cfg, epochs=1), tmp_path, resume=True, progress=False)
+    cfg = translation.load_config(TINY, **OVERRIDES)
+    out = translation.train(dataclasses.replace(cfg, epochs=1), tmp_path, resume=True,
+                            progress=False)
     assert out["steps"] > 0 and (tmp_path / "last").is_dir()
 
 
-@pytest.mark.slow
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
     """torchrun --nproc_per_node=2 (each rank one micro-batch) == 1 process with accum=2."""
-    cfg = trainer.load_config(TINY, **OVERRIDES, average_last=0)
+    cfg = translation.load_config(TINY, **OVERRIDES, average_last=0)
     config = _write_toml(cfg, tmp_path / "ddp.toml")
-    assert trainer.load_config(config) == cfg and cfg.accum == 1 and cfg.dropout == 0
-    single = trainer.train(trainer.load_config(config, accum=2), tmp_path / "single",
-                           progress=False)
+    assert translation.load_config(config) == cfg and cfg.accum == 1 and cfg.dropout == 0
+    single = translation.train(translation.load_config(config, accum=2), tmp_path / "single",
+                               progress=False)
     # One thread per process (2 cores); gloo talks over the loopback interface only.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "GLOO_SOCKET_IFNAME": "lo"}
     proc = subprocess.run(
@@ -145,7 +148,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("tiny")
-    trainer.train(trainer.load_config(TINY, **OVERRIDES), run, progress=False)
+    translation.train(translation.load_config(TINY, **OVERRIDES), run, progress=False)
     return run
 
 
@@ -159,6 +162,25 @@ def test_run_directory_holds_what_a_user_needs(tiny_run):
         assert set(r) >= {"train_loss", "val_loss", "val_bleu", "tokens", "minutes", "step"}
         assert torch.isfinite(torch.tensor([r["train_loss"], r["val_loss"]])).all()
     assert history[1]["train_loss"] < history[0]["train_loss"]
+
+
+def test_a_checkpoint_holds_the_rng_once_and_chapter_6s_counters(tiny_run):
+    info = load_checkpoint(tiny_run / "last")
+    assert info["extra"] is None and len(info["rng"]) == 1  # one process: one state, once
+    state = info["train_state"]
+    last = json.loads((tiny_run / "history.json").read_text())[-1]
+    assert (state["step"], state["tokens"]) == (last["step"], last["tokens"])
+    assert state["accum_step"] == state["step"] and state["samples"] > state["step"]  # accum 1
+
+
+def test_evaluate_is_translate_and_score_on_a_split(tiny_run):
+    model, tok, cfg = translation.load_model(tiny_run / "best")
+    pairs = translation.load_multi30k("val", limit=4)
+    scored = translation.translate_and_score(model, tok, cfg, pairs, beam_size=2)
+    result = translation.evaluate(tiny_run / "best", "val", beam_size=2, limit=4)
+    assert result["hypotheses"] == scored["hypotheses"] and result["split"] == "val"
+    assert result["bleu"] == round(result["bleu_unrounded"], 2) == scored["bleu"]
+    assert result["length_penalty"] == cfg.length_penalty
 
 
 def test_averaged_checkpoint_is_the_mean_of_the_snapshots(tiny_run):
@@ -186,8 +208,8 @@ def test_evaluate_and_translate_commands(tiny_run, tmp_path, capsys, monkeypatch
     assert cli.main(["translate", "--checkpoint", str(tiny_run / "best"), "--beam", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
-    model, tok, cfg = trainer.load_model(tiny_run / "best")
-    assert lines == trainer.translate_sentences(
+    model, tok, cfg = translation.load_model(tiny_run / "best")
+    assert lines == translation.translate_sentences(
         model, tok, ["Ein Hund rennt.", "Zwei Männer spielen."], beam_size=1,
         **cfg.decode_kwargs()
     )
@@ -197,16 +219,16 @@ def test_config_errors(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("d_model = 32\nlearning_rate = 3\n")
     with pytest.raises(ValueError, match="unknown key.*learning_rate"):
-        trainer.load_config(bad)
+        translation.load_config(bad)
     with pytest.raises(ValueError, match="precision"):
-        trainer.load_config(TINY, precision="fp16")
+        translation.load_config(TINY, precision="fp16")
 
 
 def test_decoupled_weight_decay_shrinks_weight_matrices_only():
-    cfg = trainer.load_config(TINY, weight_decay=0.1, decoupled_weight_decay=True)
+    cfg = translation.load_config(TINY, weight_decay=0.1, decoupled_weight_decay=True)
     model = cfg.build_model(50)
     cpu = torch.device("cpu")
-    opt = trainer.make_optimizer(cfg, model, cpu)
+    opt = translation.make_optimizer(cfg, model, cpu)
     assert isinstance(opt, torch.optim.AdamW)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     assert any(p.dim() < 2 for p in before.values())  # biases and LayerNorm gains
@@ -221,60 +243,60 @@ def test_decoupled_weight_decay_shrinks_weight_matrices_only():
         shrink = 1 - 0.5 * 0.1 if p.dim() >= 2 else 1.0
         assert_close(p.detach(), before[n] * shrink, msg=n)
     # the default: Adam's coupled L2, one group of every parameter
-    plain = trainer.make_optimizer(trainer.load_config(TINY, weight_decay=0.1), model, cpu)
+    plain = translation.make_optimizer(translation.load_config(TINY, weight_decay=0.1), model, cpu)
     assert type(plain) is torch.optim.Adam and len(plain.param_groups) == 1
     assert plain.param_groups[0]["weight_decay"] == 0.1
     with pytest.raises(ValueError, match="decoupled_weight_decay must be true or false"):
-        trainer.load_config(TINY, decoupled_weight_decay="yes")
+        translation.load_config(TINY, decoupled_weight_decay="yes")
 
 
 def test_linear_schedule_warms_up_like_noam_then_falls_to_zero_with_the_budget():
-    state = trainer._State()
-    steps = trainer.load_config(TINY, schedule="linear", max_steps=100, warmup=10)
-    lr = trainer.lr_multiplier(steps, state)
-    peak = trainer.rate(10, steps.d_model, steps.lr_factor, 10)
-    noam = trainer.lr_multiplier(
+    state = translation.RunState()
+    steps = translation.load_config(TINY, schedule="linear", max_steps=100, warmup=10)
+    lr = translation.lr_multiplier(steps, state)
+    peak = rate(10, steps.d_model, steps.lr_factor, 10)
+    noam = translation.lr_multiplier(
         dataclasses.replace(steps, schedule="noam", cooldown=None), state)
     assert [lr(s) for s in (0, 1, 5)] == pytest.approx(
         [peak * 0.1, peak * 0.1 * 0.99, peak * 0.5 * 0.95])  # step 0 warms as 1
     assert lr(10) == pytest.approx(peak * 0.9) and lr(10) < noam(10) == pytest.approx(peak)
     assert [lr(s) for s in (55, 100, 130)] == pytest.approx([peak * 0.45, 0.0, 0.0])
-    assert noam(40) == trainer.rate(40, steps.d_model, steps.lr_factor, 10)
+    assert noam(40) == rate(40, steps.d_model, steps.lr_factor, 10)
     # a time budget: the spent fraction is read from the state as training goes
     minutes = dataclasses.replace(steps, max_steps=None, time_limit_min=2.0)
-    lr = trainer.lr_multiplier(minutes, state)
+    lr = translation.lr_multiplier(minutes, state)
     assert lr(50) == pytest.approx(peak)
     state.train_seconds = 90.0  # 3/4 of two minutes
     assert lr(50) == pytest.approx(peak / 4)
     # steps and minutes together: whichever is further spent
-    both = trainer.lr_multiplier(dataclasses.replace(minutes, max_steps=100), state)
+    both = translation.lr_multiplier(dataclasses.replace(minutes, max_steps=100), state)
     assert both(10) == pytest.approx(peak / 4) and both(80) == pytest.approx(peak / 5)
     # cooldown: hold the peak, then fall over the last 40% of the budget
-    hold = trainer.lr_multiplier(dataclasses.replace(steps, cooldown=0.4), state)
+    hold = translation.lr_multiplier(dataclasses.replace(steps, cooldown=0.4), state)
     assert [hold(s) for s in (10, 60, 80, 100)] == pytest.approx([peak, peak, peak / 2, 0.0])
     # on "noam": the paper's decay until the last 40%, then scaled by the same falling line
-    noam_cool = trainer.lr_multiplier(
+    noam_cool = translation.lr_multiplier(
         dataclasses.replace(steps, schedule="noam", cooldown=0.4), state)
     assert [noam_cool(s) for s in (5, 40, 60, 80, 100)] == pytest.approx(
         [noam(5), noam(40), noam(60), noam(80) / 2, 0.0])
-    assert trainer.load_config(TINY).cooldown is None  # the default: no cool-down on noam
+    assert translation.load_config(TINY).cooldown is None  # the default: no cool-down on noam
     with pytest.raises(ValueError, match=r"cooldown \(0.5\) falls to 0.*time_limit_min"):
-        trainer.load_config(TINY, cooldown=0.5)
+        translation.load_config(TINY, cooldown=0.5)
     with pytest.raises(ValueError, match=r"cooldown must be None or a number in \(0, 1\]"):
-        trainer.load_config(TINY, schedule="linear", max_steps=5, cooldown=0)
+        translation.load_config(TINY, schedule="linear", max_steps=5, cooldown=0)
     with pytest.raises(ValueError, match="schedule = 'linear'.*time_limit_min or max_steps"):
-        trainer.load_config(TINY, schedule="linear")
+        translation.load_config(TINY, schedule="linear")
     with pytest.raises(ValueError, match="schedule must be one of"):
-        trainer.load_config(TINY, schedule="cosine", max_steps=5)
+        translation.load_config(TINY, schedule="cosine", max_steps=5)
 
 
 def test_linear_schedule_resumes_from_the_time_already_spent(tmp_path):
-    cfg = trainer.load_config(TINY, **OVERRIDES, schedule="linear", time_limit_min=30.0)
-    trainer.train(dataclasses.replace(cfg, epochs=1), tmp_path, progress=False)
-    run = trainer._setup(cfg, tmp_path, True, torch.device("cpu"), 0, 1)
+    cfg = translation.load_config(TINY, **OVERRIDES, schedule="linear", time_limit_min=30.0)
+    translation.train(dataclasses.replace(cfg, epochs=1), tmp_path, progress=False)
+    run = loop._setup(cfg, tmp_path, True, torch.device("cpu"), 0, 1)
     spent = run.state.train_seconds / (60 * 30.0)
     assert run.state.step > 0 and spent > 0
-    peak = trainer.rate(cfg.warmup, cfg.d_model, cfg.lr_factor, cfg.warmup)
+    peak = rate(cfg.warmup, cfg.d_model, cfg.lr_factor, cfg.warmup)
     step = run.state.step
     expected = peak * min(1.0, step / cfg.warmup) * (1 - spent)
     assert run.scheduler.lr_lambdas[0](step) == pytest.approx(expected)
@@ -282,26 +304,26 @@ def test_linear_schedule_resumes_from_the_time_already_spent(tmp_path):
 
 
 def test_fast_setting_is_auto_precision_with_the_papers_dropout(tmp_path):
-    cfg = trainer.load_config(TINY, fast=True)  # tiny.toml says precision = "fp32": replaced
+    cfg = translation.load_config(TINY, fast=True)  # tiny.toml says precision = "fp32": replaced
     # "auto": bf16 where the machine has it natively, else fp32 (tests below pin the machine)
     assert (cfg.fast, cfg.precision, cfg.attn_dropout, cfg.ffn_dropout) == (True, "auto", 0, 0)
-    model = trainer.make_model(**dataclasses.replace(cfg, dropout=0.2).model_kwargs(50))
+    model = make_model(**dataclasses.replace(cfg, dropout=0.2).model_kwargs(50))
     layer = model.decoder.layers[0]
     assert layer.self_attn.dropout.p == layer.src_attn.dropout.p == 0.0  # attention weights
     assert layer.feed_forward.dropout.p == 0.0  # FFN hidden activations
     assert layer.sublayer[0].dropout.p == 0.2  # residual dropout stays (paper, section 5.4)
     assert model.src_embed[1].dropout.p == 0.2  # and so does the embedding dropout
-    plain = trainer.load_config(TINY)
+    plain = translation.load_config(TINY)
     assert (plain.fast, plain.attn_dropout, plain.ffn_dropout) == (False, None, None)
     # a contradicting value next to `fast` is an error, naming both
     for precision in ("fp32", "bf16"):
         with pytest.raises(ValueError, match="fast = true means precision 'auto'"):
-            trainer.load_config(TINY, fast=True, precision=precision)
+            translation.load_config(TINY, fast=True, precision=precision)
     in_file = tmp_path / "fast.toml"
     in_file.write_text(TINY.read_text().replace('precision = "fp32"', "fast = true"))
-    assert trainer.load_config(in_file).precision == "auto"
+    assert translation.load_config(in_file).precision == "auto"
     with pytest.raises(ValueError, match="attn_dropout"):
-        trainer.load_config(in_file, attn_dropout=0.1)
+        translation.load_config(in_file, attn_dropout=0.1)
     args = cli._parser().parse_args(["train", "--config", str(TINY), "--run", "r", "--fast"])
     assert args.fast is True
 
@@ -315,21 +337,21 @@ def _pin_bf16(monkeypatch, native: bool) -> None:
 def test_auto_precision_is_bf16_only_where_the_cpu_has_it(monkeypatch, native):
     _pin_bf16(monkeypatch, native)
     auto = "bf16" if native else "fp32"
-    assert trainer.resolve_precision("auto", "cpu") == auto
-    assert trainer.resolve_precision("auto", torch.device("cpu")) == auto
-    assert [trainer.resolve_precision(p, "cpu") for p in ("fp32", "bf16")] == ["fp32", "bf16"]
-    assert trainer.resolve_precision("auto", "meta") == "fp32"  # no native bf16 known there
+    assert translation.resolve_precision("auto", "cpu") == auto
+    assert translation.resolve_precision("auto", torch.device("cpu")) == auto
+    assert [translation.resolve_precision(p, "cpu") for p in ("fp32", "bf16")] == ["fp32", "bf16"]
+    assert translation.resolve_precision("auto", "meta") == "fp32"  # no native bf16 known there
     has = "has" if native else "has no"
-    assert trainer.precision_note("auto", "cpu") == \
+    assert translation.precision_note("auto", "cpu") == \
         f"precision: {auto} (auto: this CPU {has} native bfloat16)"
-    forced = trainer.precision_note("bf16", "cpu")  # an explicit bf16 runs, emulated or not
+    forced = translation.precision_note("bf16", "cpu")  # an explicit bf16 runs, emulated or not
     assert (forced == "precision: bf16") if native else ("so it is emulated" in forced)
-    assert trainer.load_config(TINY, precision="auto").precision == "auto"
+    assert translation.load_config(TINY, precision="auto").precision == "auto"
     for bad in ("fp16", None, "BF16"):
         with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16' or 'auto', got"):
-            trainer.resolve_precision(bad, "cpu")
+            translation.resolve_precision(bad, "cpu")
     with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16' or 'auto'"):
-        trainer.translate_sentences(nn.Linear(1, 1), None, ["x"], precision="half")
+        translation.translate_sentences(nn.Linear(1, 1), None, ["x"], precision="half")
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["avx2", "bf16_native"])
@@ -337,15 +359,15 @@ def test_fast_trains_in_bf16_only_where_native_and_says_so(monkeypatch, tmp_path
                                                            native):
     _pin_bf16(monkeypatch, native)
     used = []
-    step = trainer.train_step
+    step = loop.train_step
 
     def spy(*args, **kwargs):
         used.append(kwargs["precision"])
         return step(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "train_step", spy)
-    cfg = trainer.load_config(TINY, **{**OVERRIDES, "epochs": 1}, fast=True)
-    result = trainer.train(cfg, tmp_path / "run", progress=True)
+    monkeypatch.setattr(loop, "train_step", spy)
+    cfg = translation.load_config(TINY, **{**OVERRIDES, "epochs": 1}, fast=True)
+    result = translation.train(cfg, tmp_path / "run", progress=True)
     want = "bf16" if native else "fp32"
     assert set(used) == {want} and result["precision"] == want
     assert [r["precision"] for r in result["history"]] == [want]
@@ -365,31 +387,49 @@ def test_a_run_resumed_on_the_other_kind_of_cpu_resolves_auto_again(monkeypatch,
     """"auto" (and fast) is an order for the machine that runs: a run started where bf16 is
     native continues in fp32 on an AVX2 CPU (weights and Adam state are fp32 either way), and
     the other way round; each epoch's record names its precision."""
-    cfg = trainer.load_config(TINY, **{**OVERRIDES, "epochs": 1}, fast=True)
+    cfg = translation.load_config(TINY, **{**OVERRIDES, "epochs": 1}, fast=True)
     _pin_bf16(monkeypatch, True)
-    trainer.train(cfg, tmp_path, progress=False)
+    translation.train(cfg, tmp_path, progress=False)
     _pin_bf16(monkeypatch, False)
-    out = trainer.train(dataclasses.replace(cfg, epochs=2), tmp_path, resume=True,
-                        progress=False)
+    out = translation.train(dataclasses.replace(cfg, epochs=2), tmp_path, resume=True,
+                            progress=False)
     assert [r["precision"] for r in out["history"]] == ["bf16", "fp32"]
     _pin_bf16(monkeypatch, True)
-    out = trainer.train(dataclasses.replace(cfg, epochs=3), tmp_path, resume=True,
-                        progress=False)
+    out = translation.train(dataclasses.replace(cfg, epochs=3), tmp_path, resume=True,
+                            progress=False)
     assert [r["precision"] for r in out["history"]] == ["bf16", "fp32", "bf16"]
     # A fast run saved while fast meant "bf16" resumes as "auto" (what fast means now) ...
     old = {**dataclasses.asdict(cfg), "precision": "bf16"}
-    trainer._check_same_config(cfg, old, tmp_path)
+    rundir.check_same_config(cfg, old, tmp_path)
     # ... but an explicit precision stays part of the run's definition.
-    plain = trainer.load_config(TINY, precision="auto")
+    plain = translation.load_config(TINY, precision="auto")
     with pytest.raises(ValueError, match="precision: 'bf16' in the run, 'auto' now"):
-        trainer._check_same_config(plain, {**dataclasses.asdict(plain), "precision": "bf16"},
-                                   tmp_path)
+        rundir.check_same_config(plain, {**dataclasses.asdict(plain), "precision": "bf16"},
+                                       tmp_path)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.toml")), ids=lambda p: p.name)
 def test_every_committed_config_loads(path):
-    cfg = trainer.load_config(path)
-    assert cfg.epochs >= 1
+    """Every key the file sets reaches the Config with the file's value ([data], [model] …
+    only group keys, so a key set in two tables would silently keep the last one), and the
+    command line in the file's comments trains this very file."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    text = path.read_text(encoding="utf-8")
+    raw = tomllib.loads(text)
+    written: dict = {}
+    top = {k: v for k, v in raw.items() if not isinstance(v, dict)}
+    for table in (top, *(v for v in raw.values() if isinstance(v, dict))):
+        assert not written.keys() & table.keys(), f"set twice: {written.keys() & table.keys()}"
+        written.update(table)
+    assert written, "an empty config"
+    cfg = dataclasses.asdict(translation.load_config(path))
+    assert json.loads(json.dumps({k: cfg[k] for k in written})) == written  # tuples as lists
+    words = text.split()
+    named = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--config"]
+    assert all(ROOT / name == path for name in named), named
 
 
 def test_time_to_quality_results_are_chosen_on_validation_and_match_their_configs():
@@ -407,8 +447,8 @@ def test_time_to_quality_results_are_chosen_on_validation_and_match_their_config
         r = json.loads((ROOT / "results" / f"ttq_{name}.json").read_text(encoding="utf-8"))
         config = ROOT / "configs" / f"multi30k_{name}.toml"
         assert str(config.relative_to(ROOT)) in r["command"]
-        expected = json.loads(json.dumps(dataclasses.asdict(trainer.load_config(config))))
-        default = json.loads(json.dumps(dataclasses.asdict(trainer.Config(
+        expected = json.loads(json.dumps(dataclasses.asdict(translation.load_config(config))))
+        default = json.loads(json.dumps(dataclasses.asdict(translation.Config(
             schedule=r["config"]["schedule"], time_limit_min=minutes))))
         recorded = dict(r["config"])
         if recorded.get("fast"):  # saved when fast meant "bf16" (what "auto" is there); now "auto"

@@ -25,7 +25,9 @@ from transformer_lib.training import (
     TrainState,
     copy_task_batches,
     rate,
+    real_token_loss,
     run_epoch,
+    train_step,
 )
 
 SANITIZE_CFG = Path(__file__).with_name("nbval_sanitize.cfg")
@@ -423,7 +425,7 @@ def test_simple_loss_compute():
 
 
 # ------------------------------------------------------------------------------ run_epoch
-def one_step(model, batches, accum_iter=1, lr=0.5, **kw):
+def one_step(model, batches, accum=1, lr=0.5, **kw):
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     crit = LabelSmoothing(11, 0, 0.1)
     return run_epoch(
@@ -431,7 +433,7 @@ def one_step(model, batches, accum_iter=1, lr=0.5, **kw):
         model,
         SimpleLossCompute(model.generator, crit),
         opt,
-        accum_iter=accum_iter,
+        accum=accum,
         progress=False,
         **kw,
     )
@@ -444,7 +446,7 @@ def test_gradient_accumulation_equals_full_batch():
     assert halves[0].ntokens != halves[1].ntokens  # per-half normalization would differ
     a, b, naive = tiny_model(), tiny_model(), tiny_model()
     one_step(a, [full])
-    _, state = one_step(b, halves, accum_iter=2)
+    _, state = one_step(b, halves, accum=2)
     assert (state.step, state.accum_step, state.samples) == (1, 2, 8)
     assert state.tokens == full.ntokens
     for pa, pb in zip(a.parameters(), b.parameters()):
@@ -473,7 +475,7 @@ def test_partial_last_group_and_scheduler_steps():
         SimpleLossCompute(model.generator, crit),
         opt,
         sched,
-        accum_iter=2,
+        accum=2,
         progress=False,
     )
     assert (state.step, state.accum_step, state.samples) == (2, 3, 12)
@@ -493,7 +495,7 @@ def test_clipping_caps_the_update():
     # float64, so that parameter differences of ~1e-5 are exact enough to compare directions
     clipped, free, reference = (tiny_model().double() for _ in range(3))
     before = params_of(clipped)
-    one_step(clipped, [batch], lr=1.0, max_grad_norm=1e-3)
+    one_step(clipped, [batch], lr=1.0, clip_norm=1e-3)
     one_step(free, [batch], lr=1.0)
     step = torch.cat([(p - b).flatten() for p, b in zip(clipped.parameters(), before)])
     free_step = torch.cat([(p - b).flatten() for p, b in zip(free.parameters(), before)])
@@ -529,6 +531,37 @@ def test_eval_mode_leaves_parameters_unchanged():
         out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
         ref = crit(model.generator(out).reshape(-1, 11), batch.tgt_y.reshape(-1)) / batch.ntokens
     assert loss == pytest.approx(ref.item(), rel=1e-6)
+
+
+def test_real_token_loss_is_the_loss_over_every_position_without_the_padding():
+    """The one loss of training, evaluation and the translation package: the generator on the
+    real target tokens only gives the loss of the generator on every position (padding rows
+    count 0), with gradients, in bf16 too; train_step reports exactly it."""
+    torch.manual_seed(0)
+    model = make_model(11, 11, N=1, d_model=16, d_ff=32, h=2, dropout=0.0)
+    tokens = ragged_tokens(seed=3)
+    batch = Batch(tokens, tokens, pad=0)
+    crit = LabelSmoothing(11, 0, 0.1)
+    assert (batch.tgt_y == 0).any()  # the batch has padding to skip
+    loss = real_token_loss(model, batch, crit)
+    out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
+    ref = SimpleLossCompute(model.generator, crit)(out, batch.tgt_y, batch.ntokens)[0]
+    torch.testing.assert_close(loss, ref)
+    loss.backward()
+    assert all(p.grad is not None for p in model.generator.parameters())
+    bf16 = real_token_loss(model, batch, crit, precision="bf16")
+    assert bf16.dtype == torch.float32 and bf16.item() == pytest.approx(ref.item(), rel=0.05)
+    model.zero_grad()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.0)
+    total, ntokens = train_step(model, [batch], crit, sgd)
+    assert (total, ntokens) == (pytest.approx(loss.item()), batch.ntokens)
+
+
+def test_train_state_counts_an_update_in_one_place():
+    state = TrainState()
+    state.count_update(batches=2, samples=8, tokens=40)
+    state.count_update(batches=1, samples=3, tokens=9)
+    assert state == TrainState(step=2, accum_step=3, samples=11, tokens=49)
 
 
 def test_train_loss_is_per_token_before_update_and_state_continues():
@@ -604,9 +637,9 @@ def test_progress_bar_is_deterministic_after_sanitizing(capsys):
     ("kwargs", "match"),
     [
         ({"mode": "training"}, r'mode must be "train" or "eval"'),
-        ({"accum_iter": 0}, r"accum_iter must be an int >= 1"),
-        ({"accum_iter": 1.5}, r"accum_iter must be an int >= 1"),
-        ({"max_grad_norm": 0.0}, r"max_grad_norm must be > 0"),
+        ({"accum": 0}, r"accum must be an int >= 1"),
+        ({"accum": 1.5}, r"accum must be an int >= 1"),
+        ({"clip_norm": 0.0}, r"clip_norm must be > 0"),
         ({"optimizer": None}, r"optimizer is required"),
     ],
 )

@@ -166,7 +166,7 @@ def test_jobs_that_read_multi30k_cache_what_they_download():
         cache = [s for s in steps if s.get("uses", "").startswith("actions/cache@")]
         assert len(cache) == 1, f"{name}:{job_name}: no Multi30k cache step"
         assert cache[0]["with"]["path"] == "~/.cache/transformer_lib/multi30k"
-        assert "hashFiles('transformer_lib/data.py')" in cache[0]["with"]["key"]
+        assert "hashFiles('transformer_lib/translation/data.py')" in cache[0]["with"]["key"]
         runs = [s.get("run", "") for s in steps]
         first = next(i for i, r in enumerate(runs) if "tasks.py" in r or r.startswith("make "))
         assert steps.index(cache[0]) < first, f"{name}:{job_name}: the cache comes too late"

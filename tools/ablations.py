@@ -3,7 +3,7 @@
     python tools/ablations.py                      # every row not yet done, one after another
     python tools/ablations.py --shard 0/2 --threads 1 & \
     python tools/ablations.py --shard 1/2 --threads 1  # two rows at a time on two cores
-    python tools/ablations.py --collect            # merge the rows into results/ablations.json
+    python tools/ablations.py --collect            # the rows into results/ablations.json
 
 Every row trains the chapter-8 model (configs/multi30k_shipped.toml) for the same number of
 optimizer steps (`--steps`; the paper's Table 3 also fixes the steps, 100k), with the same data
@@ -11,11 +11,13 @@ order and seed, changing one setting. At the end it records the validation cross
 without label smoothing and its perplexity (what the paper's table reports; rows that change
 the label smoothing are compared on it), the validation loss as trained (with the row's label
 smoothing), validation BLEU (greedy, sacreBLEU on the 1,014 validation sentences), the
-parameter count, target tokens per second and minutes, with the command, the full config, the
-commit and the machine. Runs go to runs/ablations/ROW/; a row whose result.json exists is
-skipped and an interrupted row resumes from its last checkpoint, so the command can simply be
-run again (`--rescore` adds the cross-entropy to rows finished before it was recorded). The
-book's chapter 10 reads results/ablations.json.
+parameter count, target tokens per second and minutes, with the command, the full config and
+the provenance (commit, local changes, machine, torch: transformer_lib.translation.provenance,
+the trainer's record of the run when it has one). Runs go to runs/ablations/ROW/; a row whose
+result.json exists is skipped and an interrupted row resumes from its last checkpoint, so the
+command can simply be run again (`--rescore` adds the cross-entropy to rows finished before it
+was recorded). The book's chapter 10 reads results/ablations.json. `--collect` never writes a
+table with fewer rows than the committed one (a fresh clone has no finished rows) unless told.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
-import platform
-import subprocess
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from transformer_lib.translation.provenance import provenance, read_provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_CONFIG = ROOT / "configs" / "multi30k_shipped.toml"
@@ -63,29 +66,42 @@ BUDGET = {"max_steps": 300, "warmup": 150, "epochs": 100, "bleu_every": 0, "keep
           "average_last": 0, "save_every": 50, "time_limit_min": None}
 
 
-def _git(*args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    return out.stdout.strip()
+def _write_json(path: Path, obj: Any) -> None:
+    """Write `obj` beside `path`, then rename it into place: a crash never leaves half a file
+    (a half-written result.json would pass for a finished row)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def _machine() -> dict[str, Any]:
-    cpu = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform()}
+def _row_provenance(run_dir: Path) -> dict[str, Any]:
+    """The trainer's record of the row's run (its commit and machine), else this process's."""
+    record = read_provenance(run_dir)
+    if record is None:  # a run trained before the trainer wrote one
+        record = {**provenance(), "recorded_at": "after training (the run has no record)"}
+    return record
+
+
+def shard(text: str) -> tuple[int, int]:
+    """``i/n`` (an argparse type): run rows i, i+n, i+2n, ... with 0 <= i < n."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not i/n (two integers, e.g. 0/2)") from None
+    if n < 1 or not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"{text!r}: need n >= 1 and 0 <= i < n (e.g. 0/2, 1/2)")
+    return i, n
 
 
 def row_config(overrides: dict[str, Any], steps: int, warmup: int):
     """The chapter-8 config with the budget and one row's changes applied."""
-    from transformer_lib import trainer
+    from transformer_lib import translation
 
     budget = dict(BUDGET, max_steps=steps, warmup=warmup)
-    return trainer.load_config(BASE_CONFIG, **budget, **overrides)
+    return translation.load_config(BASE_CONFIG, **budget, **overrides)
 
 
 def cross_entropy(run_dir: Path) -> dict[str, float]:
@@ -97,21 +113,21 @@ def cross_entropy(run_dir: Path) -> dict[str, float]:
     """
     import math
 
-    from transformer_lib import trainer
-    from transformer_lib.data import encode_pairs, load_multi30k
+    from transformer_lib import translation
+    from transformer_lib.translation.data import encode_pairs, load_multi30k
 
-    model, tok, cfg = trainer.load_model(run_dir / "last", torch.device("cpu"))
+    model, tok, cfg = translation.load_model(run_dir / "last", torch.device("cpu"))
     pairs = load_multi30k("val", cfg.data_dir, cfg.src_lang, cfg.tgt_lang)
-    nll = trainer.validation_loss(model, encode_pairs(pairs, tok), max_tokens=cfg.max_tokens,
-                                  label_smoothing=0.0, precision=cfg.precision)
+    nll = translation.validation_loss(model, encode_pairs(pairs, tok), max_tokens=cfg.max_tokens,
+                                      label_smoothing=0.0, precision=cfg.precision)
     return {"val_nll": round(nll, 4), "val_ppl": round(math.exp(nll), 2)}
 
 
 def run_row(name: str, overrides: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """Train one row (or finish it) and return its record."""
-    from transformer_lib import trainer
-    from transformer_lib.data import load_multi30k
+    from transformer_lib import translation
     from transformer_lib.model import count_parameters
+    from transformer_lib.translation.data import load_multi30k
 
     cfg = row_config(overrides, args.steps, args.warmup)
     run_dir = RUNS / name
@@ -119,19 +135,19 @@ def run_row(name: str, overrides: dict[str, Any], args: argparse.Namespace) -> d
     t0 = time.perf_counter()
     record: dict[str, Any] = {}
     try:
-        out = trainer.train(cfg, run_dir, resume=resume, progress=args.progress)
+        out = translation.train(cfg, run_dir, resume=resume, progress=args.progress)
     except FloatingPointError as e:  # a row may diverge; that is a result too
         return {"diverged": str(e)}
     wall = time.perf_counter() - t0
     last = out["history"][-1]
-    model, tok, _ = trainer.load_model(run_dir / "last", torch.device("cpu"))
+    model, tok, _ = translation.load_model(run_dir / "last", torch.device("cpu"))
     pairs = load_multi30k("val", cfg.data_dir, cfg.src_lang, cfg.tgt_lang)
-    hyps = trainer.translate_sentences(model, tok, [s for s, _ in pairs], beam_size=1,
-                                       max_input_len=None, **cfg.decode_kwargs())
+    hyps = translation.translate_sentences(model, tok, [s for s, _ in pairs], beam_size=1,
+                                           max_input_len=None, **cfg.decode_kwargs())
     record.update(
         **cross_entropy(run_dir),
         val_loss=round(last["val_loss"], 4),
-        val_bleu=round(trainer.bleu(hyps, pairs).score, 2),
+        val_bleu=round(translation.bleu(hyps, pairs).score, 2),
         train_loss=round(last["train_loss"], 4),
         parameters=count_parameters(model),
         steps=out["steps"],
@@ -151,27 +167,29 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=BUDGET["max_steps"])
     ap.add_argument("--warmup", type=int, default=BUDGET["warmup"])
     ap.add_argument("--rows", nargs="*", help="only these rows (default: all)")
-    ap.add_argument("--shard", default="0/1", help="i/n: run rows i, i+n, i+2n, ...")
+    ap.add_argument("--shard", default=(0, 1), type=shard,
+                    help="i/n: run rows i, i+n, i+2n, ... (0 <= i < n)")
     ap.add_argument("--threads", type=int, help="torch threads per process")
     ap.add_argument("--progress", action="store_true", help="show a progress bar per row")
     ap.add_argument("--collect", action="store_true", help="merge finished rows into the results")
+    ap.add_argument("--allow-missing", action="store_true",
+                    help="with --collect: write the results even if rows they hold now have no "
+                    "finished run here (those rows are dropped)")
     ap.add_argument("--rescore", action="store_true",
                     help="add the validation cross-entropy to finished rows that lack it")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.collect:
-        return collect()
+        return collect(allow_missing=args.allow_missing)
     if args.rescore:
         return rescore()
-    i, n = (int(x) for x in args.shard.split("/"))
+    i, n = args.shard
     names = {r[0] for r in ROWS}
     unknown = set(args.rows or []) - names
     if unknown:
         ap.error(f"unknown rows {sorted(unknown)}; rows are {sorted(names)}")
     todo = [r for k, r in enumerate(ROWS) if k % n == i and (not args.rows or r[0] in args.rows)]
-    commit = _git("rev-parse", "--short", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     for name, group, change, overrides in todo:
         out_file = RUNS / name / "result.json"
         if out_file.exists():
@@ -186,18 +204,17 @@ def main() -> int:
                                  "--steps", str(args.steps), "--warmup", str(args.warmup)]
                                 + (["--threads", str(args.threads)] if args.threads else [])),
             "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "data_dir"},
-            "commit": commit + ("-dirty" if dirty else ""),
-            "machine": _machine(),
+            "provenance": _row_provenance(RUNS / name),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         }
-        out_file.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        _write_json(out_file, record)
         print(f"{name}: {json.dumps({k: record.get(k) for k in ('val_loss', 'val_bleu')})}",
               flush=True)
     return 0
 
 
 def rescore() -> int:
-    commit = _git("rev-parse", "--short", "HEAD")
+    scorer = provenance()  # the code that computes the cross-entropy
     for name, *_ in ROWS:
         f = RUNS / name / "result.json"
         if not f.exists():
@@ -205,20 +222,54 @@ def rescore() -> int:
         record = json.loads(f.read_text(encoding="utf-8"))
         if "val_nll" in record or "diverged" in record:
             continue
-        record.update(cross_entropy(RUNS / name), val_nll_commit=commit)
-        f.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        record.update(cross_entropy(RUNS / name), val_nll_provenance=scorer)
+        _write_json(f, record)
         print(f"{name}: val_nll {record['val_nll']}", flush=True)
     return 0
 
 
-def collect() -> int:
+def _committed_rows() -> list[str]:
+    """The row names results/ablations.json holds now (none if it is missing or unreadable)."""
+    try:
+        return [r["row"] for r in json.loads(RESULTS.read_text(encoding="utf-8"))["rows"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _refuse(message: str) -> int:
+    print(f"ablations --collect: {message}; {RESULTS} left as it is", file=sys.stderr)
+    return 1
+
+
+def collect(allow_missing: bool = False) -> int:
+    """Write results/ablations.json from the finished rows under runs/ablations/.
+
+    Refuses (exit 1, the file untouched) when no row has finished here (a fresh clone: the
+    committed file is the only copy of hours of training), when rows the file holds now have
+    no finished run here (unless `allow_missing`), when a result.json is unreadable, and
+    when the rows were trained with different step budgets (one table needs one budget).
+    """
     rows, missing = [], []
     for name, *_ in ROWS:
         f = RUNS / name / "result.json"
-        if f.exists():
-            rows.append(json.loads(f.read_text(encoding="utf-8")))
-        else:
+        if not f.exists():
             missing.append(name)
+            continue
+        try:
+            rows.append(json.loads(f.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as e:
+            return _refuse(f"{f} is unreadable ({e}); delete it to train the row again")
+    if not rows:
+        return _refuse(f"no finished rows under {RUNS} (train them first: python "
+                       "tools/ablations.py)")
+    dropped = [r for r in _committed_rows() if r in missing]
+    if dropped and not allow_missing:
+        return _refuse(f"rows {dropped} are in the results but have no finished run here; "
+                       "train them, or pass --allow-missing to drop them")
+    budgets = {(r["config"]["max_steps"], r["config"]["warmup"]) for r in rows}
+    if len(budgets) > 1:
+        return _refuse(f"the rows were trained with different (steps, warmup): {sorted(budgets)}")
+    (steps, warmup), = budgets
     out = {
         "what": "Table 3 of Vaswani et al. (2017), re-run small on Multi30k de->en: one change "
                 "at a time from the chapter-8 model, a fixed budget of optimizer steps per row",
@@ -226,11 +277,11 @@ def collect() -> int:
                       "python tools/ablations.py --shard 1/2 --threads 1; "
                       "python tools/ablations.py --collect",
         "base_config": "configs/multi30k_shipped.toml",
-        "budget": {k: BUDGET[k] for k in ("max_steps", "warmup")},
+        "budget": {"max_steps": steps, "warmup": warmup},
         "rows": rows,
         "missing": missing,
     }
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    _write_json(RESULTS, out)
     print(f"wrote {RESULTS}: {len(rows)} rows" + (f", missing {missing}" if missing else ""))
     return 0
 

@@ -56,7 +56,7 @@ BASE_PACKAGES = ["torch==2.13.0", "ipykernel"]
 def _local_multi30k() -> Path:
     """The copy of Multi30k to serve: where the task runner reads it (tools/tasks.py)."""
     os.environ.update(tasks.multi30k_env())
-    from transformer_lib.data import default_data_dir
+    from transformer_lib.translation.data import default_data_dir
 
     return default_data_dir()
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     data = args.data or _local_multi30k()
-    from transformer_lib.data import SHA256
+    from transformer_lib.translation.data import SHA256
 
     missing = [n for n in SHA256 if not (data / n).is_file()]
     if missing:

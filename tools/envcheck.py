@@ -4,7 +4,8 @@
 
 Sections: system, python, torch (build, CUDA/MPS, threads, bfloat16 on the CPU), packages (every
 pin in constraints.txt against what is installed; mismatches marked), data (where Multi30k is
-looked for and whether its files are there), repository (commit, local changes).
+looked for and whether its files are there), repository (commit, local changes), provenance
+(the record results carry: transformer_lib.translation.provenance.provenance(), as JSON).
 
 Standard library only at the top: it must run when the install itself is what failed. Each
 section catches its own errors and prints them, so one broken package never hides the rest; the
@@ -13,18 +14,21 @@ exit status is 0 whenever the report could be printed.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
 import os
 import platform
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
-# The six files transformer_lib.data verifies (its SHA256 table); repeated so that the data
-# section still answers when the package cannot be imported.
+# The six files transformer_lib.translation.data verifies (its SHA256 table); repeated so that
+# the data section still answers when the package cannot be imported.
 MULTI30K_FILES = [
     f"{stem}.{lang}.gz" for stem in ("train", "val", "test_2016_flickr") for lang in ("de", "en")
 ]
@@ -69,7 +73,7 @@ def _bf16_checks(torch) -> list[str]:  # noqa: ANN001 (torch is imported lazily)
 def _bf16_native_line() -> str:
     """Native bf16 or emulated (AVX2: slower than fp32), and what precision "auto" picks."""
     try:
-        from transformer_lib.trainer import resolve_precision
+        from transformer_lib.translation import resolve_precision
 
         auto = resolve_precision("auto", "cpu")  # bf16 exactly where it is native
     except Exception as e:  # noqa: BLE001 (the package may be what is broken)
@@ -140,9 +144,9 @@ def packages() -> list[str]:
 def data() -> list[str]:
     env, url = os.environ.get("MULTI30K_DIR"), os.environ.get("MULTI30K_URL")
     try:
-        from transformer_lib.data import default_data_dir
+        from transformer_lib.translation.data import default_data_dir
 
-        where, how = default_data_dir(), "transformer_lib.data.default_data_dir()"
+        where, how = default_data_dir(), "transformer_lib.translation.data.default_data_dir()"
     except Exception as e:  # noqa: BLE001 (torch may be what is broken)
         # The package's own rule, restated: $MULTI30K_DIR, else the user cache (XDG's rule).
         xdg = os.environ.get("XDG_CACHE_HOME", "")
@@ -171,20 +175,29 @@ def data() -> list[str]:
     return lines
 
 
-def repository() -> list[str]:
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True
-        )
-        return done.stdout.strip()
+@functools.cache
+def _provenance_module() -> ModuleType:
+    """transformer_lib/translation/provenance.py, loaded from its file: it needs only the
+    standard library, so it answers even when importing the package (and torch) fails."""
+    path = ROOT / "transformer_lib" / "translation" / "provenance.py"
+    spec = importlib.util.spec_from_file_location("_envcheck_provenance", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    try:
-        commit = git("rev-parse", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no").splitlines()
-    except (OSError, subprocess.SubprocessError) as e:
-        return [f"commit: unknown (git: {type(e).__name__})"]
-    state = f"{len(changed)} changed tracked files" if changed else "no local changes"
-    return [f"commit: {commit} ({state})"]
+
+def repository() -> list[str]:
+    p = _provenance_module().provenance()
+    if p["commit"] is None:
+        return ["commit: unknown (no git, or not a git checkout)"]
+    state = "tracked files changed" if p["dirty"] else "no tracked file changed"
+    state += " outside results/"
+    return [f"commit: {p['commit']} ({state})"]
+
+
+def provenance() -> list[str]:
+    """What every result records about where it came from, as the tools write it."""
+    return json.dumps(_provenance_module().provenance(), indent=2).splitlines()
 
 
 SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
@@ -194,6 +207,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("packages", packages),
     ("data", data),
     ("repository", repository),
+    ("provenance", provenance),
 ]
 
 

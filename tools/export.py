@@ -4,7 +4,7 @@ A chapter names its module once, in a code cell whose first line is ``#| default
 Every code cell whose first line is ``#| export`` (or ``#| export OTHER`` to send it to another
 module) is copied, in order, into ``transformer_lib/NAME.py``. The module's ``__all__`` lists its
 public top-level names, and ``transformer_lib/__init__.py`` re-exports every module's ``__all__``
-(chapter modules first, then the hand-written ones in ``HANDWRITTEN``).
+(chapter modules first, then the hand-written names of ``HANDWRITTEN``).
 
     python tools/export.py           # write the package
     python tools/export.py --check   # exit 1 and show a diff if the package is stale
@@ -22,9 +22,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
 PACKAGE = ROOT / "transformer_lib"
-# Hand-written modules re-exported from the package (viz and cli are imported by name only:
-# viz needs the `book` extra, cli is the command line).
-HANDWRITTEN = ["data", "checkpoint", "pretrained"]
+# Hand-written modules re-exported from the package: module (relative to transformer_lib) ->
+# the names to re-export, None for its whole ``__all__``. The translation subpackage's data,
+# checkpoints and shipped model, and the partner of `load_pretrained`; the rest of
+# `transformer_lib.translation` (and viz, which needs the `book` extra) by name only.
+HANDWRITTEN: dict[str, list[str] | None] = {
+    "translation.data": None,
+    "translation.checkpoint": None,
+    "translation.pretrained": None,
+    "translation.inference": ["translate_sentences"],
+}
 HEADER = (
     '"""{doc}\n\nGenerated from {sources} by tools/export.py: do not edit.\n'
     'Edit the chapter and run `make export`."""\n'
@@ -111,17 +118,23 @@ def render(modules: dict[str, dict]) -> dict[Path, str]:
         "",
     ]
     all_names: list[str] = []
-    for name in list(modules) + [m for m in HANDWRITTEN if (PACKAGE / f"{m}.py").exists()]:
+    handwritten = [m for m in HANDWRITTEN if _module_path(m).exists()]
+    for name in list(modules) + handwritten:
         if name in modules:
             names = _public_names("\n\n".join(modules[name]["cells"]))
         else:
-            names = _handwritten_all(PACKAGE / f"{name}.py")
+            names = HANDWRITTEN[name] or _handwritten_all(_module_path(name))
         if names:
             lines.append(f"from .{name} import {', '.join(names)}")
             all_names += names
     lines += ["", f"__all__ = {all_names!r}", '__version__ = "0.1.0"', ""]
     files[PACKAGE / "__init__.py"] = "\n".join(lines)
     return files
+
+
+def _module_path(name: str) -> Path:
+    """The file of module `name`, dotted relative to the package ("translation.data")."""
+    return PACKAGE.joinpath(*name.split(".")).with_suffix(".py")
 
 
 def _handwritten_all(path: Path) -> list[str]:

@@ -1,8 +1,7 @@
 """Evaluate a finished Multi30k run and write the results file chapter 8 reads.
 
     python tools/multi30k_report.py --run runs/multi30k_small --out results/multi30k.json \
-        --command "python -m transformer_lib train --config configs/multi30k_small.toml ..." \
-        --commit <the commit the run was trained from>
+        --command "python -m transformer_lib train --config configs/multi30k_small.toml ..."
 
 For the best (by validation BLEU), the averaged and the last checkpoint it computes sacreBLEU on
 test_2016_flickr with greedy decoding and with beam search; the reported result is the one
@@ -13,8 +12,13 @@ validation chooses beam search's alpha together with the checkpoint, and the tes
 config's alpha are kept beside those at the chosen one. It stores: the scores and the
 signature, the per-epoch history, the config, the parameter count, the wall time, ten test
 translations beside their references, the worst-scored short sentences (for the chapter's
-discussion of failures), and every attention map (all layers and heads of encoder
-self-attention, decoder self-attention and decoder-source attention) for a few test sentences.
+discussion of failures), the run's provenance (commit, local changes, machine, torch: the
+record the trainer wrote into the run directory, RUN/provenance.json, copied as it is) and the
+scoring machine's (where the `seconds` were measured).
+
+Every input is checked before the first sentence is translated: a mistake in the arguments
+must not cost the whole evaluation. A run trained before the trainer wrote provenance.json
+needs `--commit`, the commit typed by hand, and the result says so.
 """
 
 from __future__ import annotations
@@ -23,27 +27,76 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
-import platform
+import os
 import time
 from pathlib import Path
+from typing import Any
 
-import torch
-
-from transformer_lib import trainer
-from transformer_lib.data import encode_text, load_multi30k
+from transformer_lib import translation
 from transformer_lib.model import count_parameters
+from transformer_lib.translation.data import load_multi30k
+from transformer_lib.translation.provenance import PROVENANCE_FILE, provenance, read_provenance
 
-# Attention maps are stored for the first test sentences of 7-11 subwords: long enough to show
-# reordering, short enough that every layer's and head's map stays readable in the book.
-ATTENTION_SENTENCES = 3
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> int:
+def run_provenance(run: Path, commit: str | None) -> dict[str, Any]:
+    """The trainer's record of `run`; for a run without one, `commit` as typed by hand.
+
+    Raises ValueError with what to do when neither is there, when both are (the record wins
+    over a hand-typed commit, which would silently disagree with it), or when the record is
+    damaged.
+    """
+    record = read_provenance(run)
+    if record is not None and commit is not None:
+        raise ValueError(f"--commit is only for runs without {PROVENANCE_FILE}; {run} has one "
+                         f"(commit {record['commit']}): drop --commit")
+    if record is not None:
+        return record
+    if commit is None:
+        raise ValueError(f"{run} has no {PROVENANCE_FILE} (the trainer writes it when a run "
+                         "starts; runs trained before it did have none): pass --commit with "
+                         "the commit the run was trained from")
+    return {"commit": commit, "dirty": None, "machine": None, "torch": None, "python": None,
+            "recorded_at": f"typed by hand (--commit): the run has no {PROVENANCE_FILE}"}
+
+
+def check_inputs(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, checked before any translation; None when nothing."""
+    for name in ("history.json", "config.json"):
+        if not (args.run / name).is_file():
+            return f"{args.run / name} not found: --run must be a training run directory"
+    history = json.loads((args.run / "history.json").read_text(encoding="utf-8"))
+    if not any("epoch_fraction" not in r for r in history):
+        return f"{args.run / 'history.json'} holds no complete epoch: nothing to report"
+    present = [c for c in args.checkpoints if (args.run / c).is_dir()]
+    if not present:
+        return f"none of the checkpoints {args.checkpoints} is in {args.run}"
+    if args.system != "validation" and args.system not in present:
+        return (f"--system {args.system}: {args.run / args.system} is not among the "
+                f"checkpoints scored ({present})")
+    if args.limit is not None and args.limit < 1:
+        return f"--limit {args.limit}: must be at least 1"
+    if args.length_penalties and args.system != "validation":
+        return "--length-penalties needs --system validation (alpha is chosen on validation)"
+    out = args.out.resolve()
+    if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+        return f"--out {args.out}: not a file in a writable directory"
+    if args.limit is not None and out.is_relative_to(ROOT / "results"):
+        return ("--limit scores a subset: its result must not replace a committed one in "
+                "results/; write it elsewhere")
+    return None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The arguments, checked (with the run's provenance as ``args.provenance``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--command", required=True, help="the exact training command")
-    ap.add_argument("--commit", required=True, help="the commit the run was trained from")
+    ap.add_argument("--commit", help=f"only for a run without {PROVENANCE_FILE} (trained "
+                    "before the trainer wrote one): the commit it was trained from, typed by "
+                    "hand and recorded as such")
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument(
         "--system", default="averaged",
@@ -69,69 +122,82 @@ def main() -> int:
         "test scores at the config's alpha are kept beside the chosen system's",
     )
     ap.add_argument("--note", default="", help="anything a reader of the numbers must know")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    problem = check_inputs(args)
+    if problem:
+        ap.error(problem)
+    try:
+        args.provenance = run_provenance(args.run, args.commit)
+    except ValueError as e:
+        ap.error(str(e))
+    return args
 
-    history = json.loads((args.run / "history.json").read_text())
-    # A run stopped by its time limit ends with a record of the partial epoch.
-    full = [r for r in history if "epoch_fraction" not in r]
-    import sacrebleu
 
-    pairs = load_multi30k("test")[: args.limit]
-    present = [c for c in args.checkpoints if (args.run / c).is_dir()]
-    config_alpha = json.loads((args.run / "config.json").read_text())["length_penalty"]
-    if args.length_penalties and args.system != "validation":
-        ap.error("--length-penalties needs --system validation (alpha is chosen on validation)")
+@dataclasses.dataclass
+class Choice:
+    """The system whose test score is THE result, and how it was chosen."""
+
+    checkpoint: str
+    alpha: float  # beam search's length penalty
+    selection: dict[str, float] | None = None  # validation BLEU per checkpoint (config's alpha)
+    alpha_choice: dict[str, Any] | None = None  # with several alphas: the grid and the pick
+
+
+def choose(args: argparse.Namespace, present: list[str], config_alpha: float) -> Choice:
+    """--system as given, or chosen on the validation set before any test sentence is read."""
+    if args.system != "validation":
+        return Choice(args.system, config_alpha)
     alphas = sorted({config_alpha, *(args.length_penalties or [])})
-    selection, alpha = None, config_alpha
-    if args.system == "validation":  # decided here, before any test sentence is translated
-        grid = {c: {a: trainer.evaluate(args.run / c, "val", beam_size=args.beam,
+    grid = {c: {a: translation.evaluate(args.run / c, "val", beam_size=args.beam,
                                         limit=args.limit, length_penalty=a)["bleu"]
-                    for a in alphas}
-                for c in present}
-        print("validation BLEU (beam) per checkpoint and alpha:", grid, flush=True)
-        # at the config's alpha, as for runs scored before alphas were chosen
-        selection = {c: grid[c][config_alpha] for c in present}
-        args.system = max(selection, key=selection.get)
-        if len(alphas) > 1:  # the checkpoint and alpha together (ties: the config's alpha)
-            pick, alpha = max(((c, a) for c in present for a in alphas),
-                              key=lambda ca: (grid[ca[0]][ca[1]], ca[1] == config_alpha))
-            alpha_choice = {"config": config_alpha, "chosen": alpha,
-                            "checkpoint": pick, "grid": grid}
-            print(f"-> {pick}, alpha {alpha} (at alpha {config_alpha}: {args.system})",
-                  flush=True)
+                for a in alphas}
+            for c in present}
+    print("validation BLEU (beam) per checkpoint and alpha:", grid, flush=True)
+    # at the config's alpha, as for runs scored before alphas were chosen
+    selection = {c: grid[c][config_alpha] for c in present}
+    at_config = max(selection, key=selection.get)
+    if len(alphas) == 1:
+        return Choice(at_config, config_alpha, selection)
+    # the checkpoint and alpha together (ties: the config's alpha)
+    pick, alpha = max(((c, a) for c in present for a in alphas),
+                      key=lambda ca: (grid[ca[0]][ca[1]], ca[1] == config_alpha))
+    print(f"-> {pick}, alpha {alpha} (at alpha {config_alpha}: {at_config})", flush=True)
+    return Choice(pick if alpha != config_alpha else at_config, alpha, selection,
+                  {"config": config_alpha, "chosen": alpha, "checkpoint": pick, "grid": grid})
+
+
+def score_on_test(args: argparse.Namespace, present: list[str], alpha: float,
+                  config_alpha: float) -> tuple[dict[str, dict], dict[str, list[str]]]:
+    """Greedy and beam-search test BLEU of every checkpoint (and at the chosen alpha)."""
     scores, hyps_by = {}, {}
     # best: best validation BLEU; averaged: mean of the last epoch snapshots; last: the weights
     # when training stopped (with a time limit, part of an epoch after the last snapshot).
+    settings = [(1, None), (args.beam, None)]  # greedy and beam search at the config's alpha
+    if alpha != config_alpha:  # and beam search at the alpha chosen on validation
+        settings.append((args.beam, alpha))
     for ckpt in present:
-        for beam in (1, args.beam):
-            res = trainer.evaluate(args.run / ckpt, "test", beam_size=beam, limit=args.limit)
-            key = f"{ckpt}_{'greedy' if beam == 1 else f'beam{beam}'}"
-            scores[key] = {
-                "checkpoint": ckpt, "beam_size": beam, "bleu": res["bleu"],
-                "score_line": res["score_line"], "signature": res["signature"],
-                "seconds": res["seconds"],
-            }
+        for beam, a in settings:
+            res = translation.evaluate(args.run / ckpt, "test", beam_size=beam, limit=args.limit,
+                                       **({} if a is None else {"length_penalty": a}))
+            if a is None:
+                key = f"{ckpt}_{'greedy' if beam == 1 else f'beam{beam}'}"
+                entry = {"checkpoint": ckpt, "beam_size": beam}
+            else:
+                key = f"{ckpt}_beam{beam}_alpha{a:g}"
+                entry = {"checkpoint": ckpt, "beam_size": beam, "length_penalty": a}
+            scores[key] = {**entry, "bleu": res["bleu"], "score_line": res["score_line"],
+                           "signature": res["signature"], "seconds": res["seconds"]}
             hyps_by[key] = res["hypotheses"]
             print(key, res["score_line"], flush=True)
-        if alpha != config_alpha:  # beam search at the alpha chosen on validation
-            res = trainer.evaluate(args.run / ckpt, "test", beam_size=args.beam,
-                                   limit=args.limit, length_penalty=alpha)
-            key = f"{ckpt}_beam{args.beam}_alpha{alpha:g}"
-            scores[key] = {
-                "checkpoint": ckpt, "beam_size": args.beam, "length_penalty": alpha,
-                "bleu": res["bleu"], "score_line": res["score_line"],
-                "signature": res["signature"], "seconds": res["seconds"],
-            }
-            hyps_by[key] = res["hypotheses"]
-            print(key, res["score_line"], flush=True)
-    chosen = f"{args.system}_beam{args.beam}"
-    if alpha != config_alpha:
-        chosen = f"{pick}_beam{args.beam}_alpha{alpha:g}"
-    model, tok, cfg = trainer.load_model(args.run / scores[chosen]["checkpoint"])
-    hyps = hyps_by[chosen]
+    return scores, hyps_by
+
+
+def examples_and_failures(pairs: list, hyps: list[str], greedy: list[str]) -> tuple[list, list]:
+    """Ten test translations beside their references, and the worst-scored short sentences."""
+    import sacrebleu
+
     examples = [
-        {"source": s, "reference": r, "hypothesis": hyps[i],
-         "greedy": hyps_by[f"{scores[chosen]['checkpoint']}_greedy"][i]}
+        {"source": s, "reference": r, "hypothesis": hyps[i], "greedy": greedy[i]}
         for i, (s, r) in enumerate(pairs[:10])
     ]
     # Failures: the lowest sentence-level BLEU among sentences of 6-14 reference words.
@@ -145,28 +211,44 @@ def main() -> int:
          "sentence_bleu": round(b, 1)}
         for b, i in sorted(sent)[:8]
     ]
-    short = [i for i, (s, _) in enumerate(pairs) if 7 <= len(encode_text(tok, s)) - 1 <= 11]
-    # Attention maps are the Transformer's; the recurrent baseline has one additive attention.
-    attention = [
-        trainer.attention_maps(model, tok, pairs[i][0]) for i in short[:ATTENTION_SENTENCES]
-    ] if cfg.arch == "transformer" else []
+    return examples, failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    history = json.loads((args.run / "history.json").read_text())
+    # A run stopped by its time limit ends with a record of the partial epoch.
+    full = [r for r in history if "epoch_fraction" not in r]
+    pairs = load_multi30k("test")[: args.limit]
+    present = [c for c in args.checkpoints if (args.run / c).is_dir()]
+    config_alpha = json.loads((args.run / "config.json").read_text())["length_penalty"]
+    choice = choose(args, present, config_alpha)  # decided before any test sentence is read
+    scores, hyps_by = score_on_test(args, present, choice.alpha, config_alpha)
+    chosen = f"{choice.checkpoint}_beam{args.beam}"
+    if choice.alpha != config_alpha:
+        chosen += f"_alpha{choice.alpha:g}"
+    model, _, cfg = translation.load_model(args.run / choice.checkpoint)
+    hyps = hyps_by[chosen]
+    examples, failures = examples_and_failures(
+        pairs, hyps, hyps_by[f"{choice.checkpoint}_greedy"])
     result = {
         "task": "Multi30k task 1, German -> English, test_2016_flickr (1,000 sentences)",
         "bleu": scores[chosen]["bleu"],
         # before the rounding to two decimals that sacreBLEU prints: a score that lands on
         # a target to the printed digit may still be below it
-        "bleu_unrounded": trainer.bleu(hyps, pairs).score,
+        "bleu_unrounded": translation.bleu(hyps, pairs).score,
         "system": chosen,
         # with --system validation: each checkpoint's validation BLEU (beam) that chose it
-        "selection": {"on": "val", "beam_size": args.beam, "bleu": selection}
-        if selection else {"on": "fixed in advance"},
+        "selection": {"on": "val", "beam_size": args.beam, "bleu": choice.selection}
+        if choice.selection else {"on": "fixed in advance"},
         # with --length-penalties: the validation BLEU of every checkpoint at every alpha, and
         # the pair chosen there ("selection" above is the choice at the config's alpha alone)
-        **({"length_penalty": alpha_choice} if len(alphas) > 1 else {}),
+        **({"length_penalty": choice.alpha_choice} if choice.alpha_choice else {}),
         "signature": scores[chosen]["signature"],
         "scores": scores,
         "command": args.command,
-        "commit": args.commit,
+        # the trainer's commit, local changes and machine (RUN/provenance.json)
+        "provenance": args.provenance,
         "config": dataclasses.asdict(cfg),
         "parameters": count_parameters(model),
         # Training time to the end of the last complete epoch (validation included); a time
@@ -181,13 +263,8 @@ def main() -> int:
         "history": history,
         "examples": examples,
         "failures": failures,
-        "attention": attention,
-        "machine": {
-            "cpu_threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+        # where this report ran: the machine the scores' `seconds` were measured on
+        "scoring_provenance": provenance(),
         "note": args.note,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -8,6 +8,12 @@ Loads the run's checkpoint (checked against its manifest), stores its weights in
 ``transformer_lib/pretrained/multi30k_de_en/``: weights, tokenizer, config and manifest in the
 ordinary checkpoint format (so loading verifies every file), plus ``MODEL_CARD.md`` written from
 the results file: data and checksums, command, commit, wall time, machine, scores and signature.
+
+Everything is checked before the shipped model is touched: the results file must describe the
+checkpoint (its reported system is this checkpoint, the same parameter count and model
+settings), the weights must fit the size limit, the card must render. The new folder is built
+beside the old one and swapped in with two renames (the checkpoint format's swap, which a load
+repairs if a crash falls between them): a failure at any step leaves the shipped model as it was.
 """
 
 from __future__ import annotations
@@ -15,13 +21,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from transformer_lib import trainer
-from transformer_lib.checkpoint import save_checkpoint
-from transformer_lib.data import load_multi30k
+from transformer_lib import translation
+from transformer_lib.model import count_parameters
+from transformer_lib.translation._fileio import replace_dir
+from transformer_lib.translation.checkpoint import save_checkpoint
+from transformer_lib.translation.data import load_multi30k
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "transformer_lib" / "pretrained" / "multi30k_de_en"
@@ -50,9 +60,57 @@ LICENCE = [
 ]
 
 
+def check_results(results: Any, checkpoint: str, config: dict, parameters: int) -> None:
+    """Raise ValueError unless `results` (a multi30k_report file) describes this checkpoint."""
+    if not isinstance(results, dict):
+        raise ValueError("not a results file of tools/multi30k_report.py (a JSON object)")
+    needed = ("scores", "system", "signature", "parameters", "config", "command", "epochs",
+              "steps", "train_minutes", "wall_minutes_total")
+    missing = [k for k in needed if k not in results]
+    if "provenance" not in results and not {"commit", "machine"} <= results.keys():
+        missing.append("provenance")
+    if missing:
+        raise ValueError(f"not a results file of tools/multi30k_report.py: no {missing}")
+    reported = results["scores"].get(results["system"], {}).get("checkpoint")
+    if reported != checkpoint:
+        raise ValueError(f"the results report the {reported!r} checkpoint ({results['system']}),"
+                         f" not {checkpoint!r}: the card would describe another model")
+    if results["parameters"] != parameters:
+        raise ValueError(f"the results describe a model of {results['parameters']:,} parameters,"
+                         f" the checkpoint has {parameters:,}")
+    differ = {k: (results["config"].get(k), config.get(k)) for k in MODEL_KEYS
+              if results["config"].get(k) != config.get(k)}
+    if differ:
+        raise ValueError(f"the results' config differs from the checkpoint's (results, "
+                         f"checkpoint): {differ}")
+
+
+def _training_lines(r: dict) -> list[str]:
+    """The card's commit and machine: the trainer's record, or an older file's fields."""
+    p = r.get("provenance")
+    if p is None:  # a results file written before the trainer recorded its provenance
+        return [f"- commit: {r['commit']}",
+                "- machine: 2 CPU cores (AMD EPYC, AVX-512 with bf16 instructions), "
+                f"torch {r['machine']['torch']}, Python {r['machine']['python']}"]
+    commit = p["commit"] or "unknown"
+    if p.get("dirty"):
+        commit += " with local changes"
+    if p.get("recorded_at", "start") != "start":
+        commit += f" ({p['recorded_at']})"
+    m, t = p.get("machine"), p.get("torch") or {}
+    if m is None:
+        return [f"- commit: {commit}", "- machine: not recorded"]
+    flags = ", ".join(m["cpu_flags"]) or "none recorded"
+    return [f"- commit: {commit}",
+            f"- machine: {m['cpu_model']}, {m['logical_cores']} logical cores (CPU flags: "
+            f"{flags}), torch {t.get('version')} on {t.get('threads')} threads, "
+            f"Python {p.get('python')}"]
+
+
 def _card(results: dict, bf16_scores: dict, out: Path) -> str:
     r = results
     score = r["scores"][r["system"]]
+    commit_line, machine_line = _training_lines(r)
     sums = (Path(r.get("data_dir", "")) / "SHA256SUMS") if r.get("data_dir") else None
     lines = [
         "# Model card: transformer_lib multi30k_de_en",
@@ -70,17 +128,16 @@ def _card(results: dict, bf16_scores: dict, out: Path) -> str:
         "## Data",
         "- Multi30k (Elliott et al., 2016), task 1, raw files of multi30k/dataset: train (29,000",
         "  pairs), val (1,014), test_2016_flickr (1,000); each file checked against its SHA-256",
-        "  (`transformer_lib.data.SHA256`) before it is read.",
+        "  (`transformer_lib.translation.data.SHA256`) before it is read.",
         "",
         *LICENCE,
         "",
         "## Training",
         f"- command: `{r['command']}`",
-        f"- commit: {r['commit']}",
+        commit_line,
         f"- {r['epochs']} epochs, {r['steps']:,} steps, {r['train_minutes']} minutes of training"
         f" ({r['wall_minutes_total']} minutes for the whole command)",
-        "- machine: 2 CPU cores (AMD EPYC, AVX-512 with bf16 instructions), "
-        f"torch {r['machine']['torch']}, Python {r['machine']['python']}",
+        machine_line,
         f"- note: {r.get('note', '')}",
         "",
         "## Scores (sacreBLEU on test_2016_flickr, 1,000 sentences)",
@@ -114,27 +171,37 @@ def main() -> int:
     ap.add_argument("--check-bleu", action="store_true",
                     help="score fp32 and bf16 weights on the test set (beam 4)")
     args = ap.parse_args()
-    results = json.loads(args.results.read_text(encoding="utf-8"))
     device = torch.device("cpu")
-    model, tok, cfg = trainer.load_model(args.run / args.checkpoint, device)
+    model, tok, cfg = translation.load_model(args.run / args.checkpoint, device)
+    try:
+        results = json.loads(args.results.read_text(encoding="utf-8"))
+        check_results(results, args.checkpoint, dataclasses.asdict(cfg), count_parameters(model))
+    except (OSError, ValueError) as e:
+        ap.error(f"--results {args.results}: {e}; {OUT} left as it was")
     scores = {"beam": 4, "fp32": "not measured", "bf16": "not measured"}
     pairs = load_multi30k("test")
     sources = [s for s, _ in pairs]
     if args.check_bleu:
         # fp32 compute on both sides: what differs is the weights' storage alone
-        hyps = trainer.translate_sentences(model, tok, sources, beam_size=4, precision="fp32")
-        scores["fp32"] = str(trainer.bleu(hyps, pairs))
+        hyps = translation.translate_sentences(model, tok, sources, beam_size=4, precision="fp32")
+        scores["fp32"] = str(translation.bleu(hyps, pairs))
     half = model.to(torch.bfloat16)
-    save_checkpoint(OUT, half, dataclasses.asdict(cfg), tokenizer=tok, rng=False)
-    size = sum(p.stat().st_size for p in OUT.iterdir())
-    if size > SIZE_LIMIT:
-        raise SystemExit(f"{OUT} holds {size:,} bytes, more than {SIZE_LIMIT:,}")
-    if args.check_bleu:
-        shipped, tok2, _ = trainer.load_model(OUT, device)
-        hyps = trainer.translate_sentences(shipped, tok2, sources, beam_size=4,
-                                           precision="fp32")
-        scores["bf16"] = str(trainer.bleu(hyps, pairs))
-    (OUT / "MODEL_CARD.md").write_text(_card(results, scores, OUT), encoding="utf-8")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    # Built beside the shipped folder (the same file system, so the swap is two renames).
+    with tempfile.TemporaryDirectory(dir=OUT.parent, prefix=f".{OUT.name}.ship-") as tmp:
+        stage = save_checkpoint(Path(tmp) / OUT.name, half, dataclasses.asdict(cfg),
+                                tokenizer=tok, rng=False)
+        size = sum(p.stat().st_size for p in stage.iterdir())
+        if size > SIZE_LIMIT:
+            raise SystemExit(f"the new model holds {size:,} bytes, more than {SIZE_LIMIT:,}; "
+                             f"{OUT} left as it was")
+        if args.check_bleu:
+            shipped, tok2, _ = translation.load_model(stage, device)
+            hyps = translation.translate_sentences(shipped, tok2, sources, beam_size=4,
+                                                   precision="fp32")
+            scores["bf16"] = str(translation.bleu(hyps, pairs))
+        (stage / "MODEL_CARD.md").write_text(_card(results, scores, stage), encoding="utf-8")
+        replace_dir(stage, OUT, what=f"shipped model {OUT}")  # the one step that touches it
     print(f"wrote {OUT} ({size / 2**20:.1f} MiB)")
     print("fp32:", scores["fp32"])
     print("bf16:", scores["bf16"])

@@ -9,6 +9,10 @@ step is defined once, here; readers without `make` (Windows, often macOS) run th
     python tools/tasks.py --dry-run test                    # print the steps, run nothing
     python tools/tasks.py --list
 
+Paths given to a task are read from the directory the command is typed in (`cd chapters;
+python ../tools/tasks.py nbval 02_masks.ipynb`); the steps then run in the repository.
+`--dry-run` (`-n`) may stand anywhere on the line.
+
 Standard library only, no shell: every command is an argument list run with `subprocess`, paths
 are built with `pathlib`, and the virtual environment's programs are looked up in `.venv/bin/`
 (POSIX) or `.venv\\Scripts\\` (Windows).
@@ -60,16 +64,23 @@ class TaskError(RuntimeError):
 class Runner:
     """Runs (or, with dry_run, only records) the steps of the tasks.
 
-    `system` is `platform.system()` ("Linux", "Darwin", "Windows"); tests pass another value to
-    see another platform's plan. `installed` forces the answer of "is .venv up to date?"
-    (None: look at the stamp file, as make did).
+    `system` is `platform.system()` ("Linux", "Darwin", "Windows") and `machine`
+    `platform.machine()` ("x86_64", "AMD64", "arm64"); tests pass other values to see another
+    platform's plan. `installed` forces the answer of "is .venv up to date?" (None: look at the
+    stamp file, as make did).
     """
 
     def __init__(
-        self, *, dry_run: bool = False, system: str | None = None, installed: bool | None = None
+        self,
+        *,
+        dry_run: bool = False,
+        system: str | None = None,
+        machine: str | None = None,
+        installed: bool | None = None,
     ) -> None:
         self.dry_run = dry_run
         self.system = system or platform.system()
+        self.machine = machine or platform.machine()
         self.installed = installed
         self.env = {**os.environ, **ENV, **multi30k_env()}
         self.log: list[str] = []
@@ -307,6 +318,9 @@ EMULATED_CPUS = {
 }
 
 
+X86 = {"x86_64", "amd64", "i386", "i686", "x86"}  # platform.machine() of x86 CPUs
+
+
 def test_emulated(r: Runner, args: list[str]) -> None:
     """unit and nbval on an imitated CPU (argument: baseline, the default, or avx2).
 
@@ -317,6 +331,13 @@ def test_emulated(r: Runner, args: list[str]) -> None:
     unknown = [n for n in names if n not in EMULATED_CPUS]
     if unknown:
         raise TaskError(f"unknown emulated CPU {unknown}: choose from {sorted(EMULATED_CPUS)}")
+    if r.machine.lower() not in X86:
+        # Not a silent pass: the run would check this machine's own kernels only.
+        raise TaskError(
+            "the imitated CPUs are x86 ones (the variables lower the x86 instruction sets "
+            f"PyTorch, MKL and oneDNN use), and on this {r.machine} machine they change "
+            "nothing: run it on an x86 machine"
+        )
     for name in names:
         settings = " ".join(f"{k}={v}" for k, v in EMULATED_CPUS[name].items())
         r.say(f"emulated CPU: {name} ({settings})")
@@ -354,7 +375,7 @@ def execute(r: Runner, args: list[str]) -> None:
 def envcheck(r: Runner, args: list[str]) -> None:
     """Print the environment report to paste into a bug report (needs no working install)."""
     python = r.python if Path(r.python).exists() else sys.executable
-    r.run(python, "tools/envcheck.py", *args)
+    r.run(python, "tools/envcheck.py")
 
 
 def pin(r: Runner, args: list[str]) -> None:
@@ -400,8 +421,38 @@ TASKS: dict[str, Callable[[Runner, list[str]], object]] = {
     "pin": pin,
     "clean": clean,
 }
-# Tasks whose arguments are passed on (paths); the others take none.
-TAKES_ARGS = {"lint", "unit", "nbval", "execute", "envcheck", "test-emulated"}
+# Tasks whose arguments are paths (read from the caller's directory), and the one whose
+# arguments are names (of emulated CPUs); the others take none.
+TAKES_PATHS = {"lint", "unit", "nbval", "execute"}
+TAKES_ARGS = TAKES_PATHS | {"test-emulated"}
+
+
+def user_paths(task: str, args: list[str], cwd: Path) -> list[str]:
+    """The paths a user typed, read from `cwd` (where they typed them), as the steps see them.
+
+    The steps run in the repository, so a path inside it is given relative to it (as in the
+    Makefile); one outside it, absolute. A pytest node id keeps its test name
+    (`tests/test_masks.py::test_x`). Raises ValueError for a missing path or an option.
+    """
+    out = []
+    for arg in args:
+        if arg.startswith("-"):
+            raise ValueError(
+                f"{task} takes paths, not options (got {arg!r}); for a tool's own options run "
+                "it from .venv directly, e.g. .venv/bin/pytest -k NAME"
+            )
+        name, sep, node = arg.partition("::")
+        path = (cwd / name).resolve()
+        if not path.exists():
+            raise ValueError(f"no such file or directory: {name!r} (in {cwd})")
+        if task == "execute" and path.suffix != ".ipynb":
+            raise ValueError(f"execute takes notebooks (.ipynb), got {arg!r}")
+        try:
+            shown = path.relative_to(ROOT).as_posix()
+        except ValueError:
+            shown = str(path)
+        out.append(shown + sep + node)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -410,21 +461,29 @@ def main(argv: list[str] | None = None) -> int:
         description="The project's tasks (the Makefile's targets call these).",
     )
     parser.add_argument("task", nargs="?", choices=sorted(TASKS), metavar="TASK")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="paths for " + ", ".join(
-        sorted(TAKES_ARGS)))  # fmt: skip
+    parser.add_argument("args", nargs="*", help="paths for " + ", ".join(sorted(TAKES_PATHS))
+                        + "; CPU names for test-emulated")  # fmt: skip
     parser.add_argument("-n", "--dry-run", action="store_true", help="print the steps only")
     parser.add_argument("--list", action="store_true", help="list the tasks")
-    ns = parser.parse_args(argv)
+    # Options anywhere on the line: `tasks.py unit tests/x.py --dry-run` is a dry run too
+    # (with REMAINDER, `--dry-run` after the task went to the task as a path, and it ran).
+    ns = parser.parse_intermixed_args(argv)
     if ns.list or ns.task is None:
         for name, func in TASKS.items():
             print(f"{name:13} {(func.__doc__ or '').splitlines()[0]}")
         return 0
     if ns.args and ns.task not in TAKES_ARGS:
         parser.error(f"task {ns.task!r} takes no arguments, got {ns.args}")
+    args = ns.args
+    if ns.task in TAKES_PATHS:
+        try:
+            args = user_paths(ns.task, args, Path.cwd())
+        except ValueError as e:
+            parser.error(str(e))
     os.chdir(ROOT)  # relative paths (and Windows' lookup of relative programs) start here
     runner = Runner(dry_run=ns.dry_run)
     try:
-        TASKS[ns.task](runner, ns.args)
+        TASKS[ns.task](runner, args)
     except TaskError as e:
         print(f"tasks.py {ns.task}: {e}", file=sys.stderr)
         return 1

@@ -1,8 +1,8 @@
-"""`python -m transformer_lib …` runs the command line (see transformer_lib.cli)."""
+"""`python -m transformer_lib …` runs the command line (transformer_lib.translation.cli)."""
 
 import sys
 
-from transformer_lib.cli import main
+from transformer_lib.translation.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

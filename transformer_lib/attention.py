@@ -165,8 +165,9 @@ def check_probability(p: object, name: str = "dropout") -> float:
         name: the argument's name, used in the error message.
 
     Returns ``float(p)``; raises ValueError naming ``name`` otherwise. Used
-    for every dropout rate in the package (the paper's P_drop, Section 5.4).
-    Defined in chapter 1.
+    for every dropout rate in the package: the paper's P_drop (Section 5.4)
+    and the rates the paper does not have (dropout on attention weights and
+    on feed-forward activations, chapter 5). Defined in chapter 1.
     """
     # bool is a subclass of int, so it must be rejected before the Real check
     if isinstance(p, bool) or not isinstance(p, numbers.Real):

@@ -5,6 +5,7 @@ Edit the chapter and run `make export`."""
 
 __all__ = ["KVCache", "decode_step", "greedy_decode", "gnmt_length_penalty", "beam_search"]
 
+import functools
 import math
 import operator
 
@@ -274,7 +275,14 @@ def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     return ((5 + length) / 6) ** alpha
 
 
-def _check_beam_args(beam_size: int, n_best: int, length_penalty: float) -> None:
+def _check_beam_args(
+    model: nn.Module,
+    end_symbol: object,
+    beam_size: int,
+    n_best: int,
+    length_penalty: float,
+) -> None:
+    _check_symbol("end_symbol", end_symbol, _vocab_size(model))  # required
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
     if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
@@ -293,9 +301,13 @@ def _finish(
     end_symbol: int,
     lp: float,
 ) -> None:
-    """Move EOS extensions among a sentence's best k to its finished list."""
-    k = top.size(1)
-    eos = (is_eos & top.isfinite()).tolist()
+    """Move EOS extensions among a sentence's best k to its finished list.
+
+    ys (batch*k, t): the prefixes. top, origin, is_eos (batch, >= k): the
+    ranked extensions' log P, parent beam and whether they end in EOS.
+    """
+    k = ys.size(0) // len(done)
+    eos = (is_eos & top.isfinite())[:, :k].tolist()
     for b in range(len(done)):
         for j in range(k):
             if eos[b][j] and not done[b]:
@@ -317,6 +329,16 @@ def _mark_done(finished: list, done: list, scores: Tensor, n_best: int, best_lp:
             done[b] = nth >= best_alive[b] / best_lp
 
 
+def _add_live(finished: list, done: list, scores: Tensor, ys: Tensor, lp: float) -> None:
+    """At max_len, each sentence not done adds its live hypotheses as they
+    are (without EOS): scores (batch, k) their log P, ys (batch*k, t)."""
+    k = scores.size(1)
+    for b in range(len(done)):
+        for j in range(k):
+            if not done[b] and math.isfinite(scores[b, j].item()):
+                finished[b].append((scores[b, j].item() / lp, ys[b * k + j]))
+
+
 @torch.no_grad()
 def beam_search(
     model: nn.Module,
@@ -332,109 +354,67 @@ def beam_search(
 ) -> list[list[tuple[Tensor, float]]]:
     """Beam search: keep the ``beam_size`` most probable partial outputs.
 
-    All sentences and their beams decode as one batch of batch*beam_size rows.
-    Every step extends each live hypothesis by every token; of the 2*beam_size
-    best extensions, those among the best beam_size that end in ``end_symbol``
-    (EOS) leave the beam as finished hypotheses, and the best beam_size that
-    do not end in EOS form the next beam (the KV cache follows them). A
-    hypothesis Y scores log P(Y | X) / lp(Y), with the GNMT length penalty
-    lp(Y) = ((5 + |Y|) / 6) ** alpha (alpha = ``length_penalty``), where |Y|
-    counts the generated tokens including the final EOS but not the start
-    symbol. A sentence stops when no live hypothesis can beat its n_best-th
-    finished one, or at ``max_len`` (then its live hypotheses are scored as
-    they are, without EOS). Call ``model.eval()`` first. Vaswani et al.
-    (2017), section 6.1 (beam size 4, alpha 0.6). Defined in chapter 7.
+    A hypothesis Y scores log P(Y | X) / lp(|Y|) (``gnmt_length_penalty``;
+    |Y| counts the generated tokens and the final EOS). A sentence stops
+    when no live hypothesis can beat its n_best-th finished one, or at
+    ``max_len``. Call ``model.eval()`` first. Vaswani et al. (2017),
+    section 6.1 (beam size 4, alpha 0.6). Defined in chapter 7.
 
     Args:
         model: an ``EncoderDecoder`` (chapter 5).
         src: (batch, src_len) integer token ids.
         src_mask: (batch, 1, src_len) bool, True = may attend.
-        max_len: maximum hypothesis length, counting the start symbol and EOS;
-            >= 1.
-        start_symbol: the token id every hypothesis starts with.
-        end_symbol: the token id that finishes a hypothesis.
-        beam_size: number of live hypotheses per sentence (k); >= 1.
-        length_penalty: alpha of the GNMT length penalty; 0 ranks by plain
-            log-probability.
+        max_len: longest hypothesis, with the start symbol and EOS; >= 1.
+        start_symbol, end_symbol: the ids that start and finish a hypothesis.
+        beam_size: live hypotheses per sentence (k); >= 1.
+        length_penalty: alpha of the length penalty; 0 ranks by log P.
         n_best: hypotheses returned per sentence, 1 <= n_best <= beam_size.
-        use_cache: decode with a ``KVCache``, or re-decode every prefix at
-            every step.
+        use_cache: decode with a ``KVCache``, or re-decode every prefix.
 
     Returns:
         Per sentence, up to n_best ``(tokens, score)`` pairs, best first
-        (fewer only if fewer hypotheses exist, e.g. when max_len is 1);
-        ``tokens`` is a 1-D LongTensor that starts with ``start_symbol`` and
-        ends with ``end_symbol`` if the hypothesis finished.
+        (fewer if fewer exist, e.g. at max_len 1); ``tokens`` (1-D) starts
+        with ``start_symbol``, and ends with ``end_symbol`` if finished.
     """
     _check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol)
-    _check_symbol("end_symbol", end_symbol, _vocab_size(model))
-    _check_beam_args(beam_size, n_best, length_penalty)
+    _check_beam_args(model, end_symbol, beam_size, n_best, length_penalty)
+    lp = functools.partial(gnmt_length_penalty, alpha=length_penalty)
     batch, k, device = src.size(0), beam_size, src.device
-    # (batch*k, src_len, d)
+    # sentence b's beam j is row b*k + j: (batch*k, src_len, d_model)
     memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)
     src_mask = src_mask.repeat_interleave(k, dim=0)  # (batch*k, 1, src_len)
     next_log_probs = _NextTokenLogProbs(model, memory, src_mask, use_cache)
     ys = torch.full((batch * k, 1), start_symbol, dtype=torch.long, device=device)
-    # log P(prefix) of each beam
+    # log P(prefix) per beam; all k start identical, so only beam 0 lives
     scores = torch.full((batch, k), -math.inf, device=device)
-    # the k beams start identical: keep one, or the beam fills with copies
     scores[:, 0] = 0.0
     finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(batch)]
-    done = [False] * batch
-    # (batch, 1)
-    first_row = torch.arange(batch, device=device).unsqueeze(1) * k
-    for t in range(1, max_len):  # t = generated tokens per hypothesis after this step
+    done = [False] * batch  # per sentence
+    first_row = k * torch.arange(batch, device=device)[:, None]  # (batch, 1)
+    for t in range(1, max_len):  # t tokens generated after this step
         log_probs = next_log_probs(ys).view(batch, k, -1)  # (batch, k, vocab)
         vocab = log_probs.size(-1)
-        # 1) extend every beam by every token; the 2k best include k that do
-        # not end in EOS
-        # (batch, k*vocab)
+        # 1) extend every beam by every token: (batch, k*vocab) candidates;
+        # the 2k best include k that do not end in EOS
         candidates = (scores.unsqueeze(-1) + log_probs).flatten(1)
-        # (batch, 2k)
         top, index = candidates.topk(min(2 * k, candidates.size(1)), dim=-1)
-        # parent beam, new token
-        origin, token = (
-            index // vocab,
-            index % vocab,
-        )
-        is_eos = token == end_symbol
-        # 2) EOS among the best k: that hypothesis is finished and leaves the
-        # beam
-        lp = gnmt_length_penalty(t, length_penalty)
-        _finish(
-            finished,
-            done,
-            ys,
-            top[:, :k],
-            origin[:, :k],
-            is_eos[:, :k],
-            end_symbol,
-            lp,
-        )
-        # 3) the best k that do not end in EOS are the new beam; the cache
-        # follows their parents
+        origin, token = index // vocab, index % vocab  # parent beam, token
+        is_eos = token == end_symbol  # (batch, 2k)
+        # 2) EOS among the best k: that hypothesis finishes, leaves the beam
+        _finish(finished, done, ys, top, origin, is_eos, end_symbol, lp(t))
+        # 3) the best k without EOS are the new beam; the cache follows them
         rank = torch.arange(top.size(1), device=device) + is_eos * top.size(1)
         keep = rank.argsort(dim=-1)[:, :k]  # (batch, k)
         scores = top.gather(1, keep)
         parents = (first_row + origin.gather(1, keep)).flatten()  # (batch*k,)
-        ys = torch.cat(
-            [ys.index_select(0, parents), token.gather(1, keep).view(-1, 1)],
-            dim=1,
-        )
+        new = token.gather(1, keep).view(-1, 1)  # (batch*k, 1)
+        ys = torch.cat([ys.index_select(0, parents), new], dim=1)
         next_log_probs.reorder(parents)
-        # 4) a sentence is done once its n_best finished hypotheses cannot be
-        # beaten
-        best_lp = max(
-            gnmt_length_penalty(t + 1, length_penalty),
-            gnmt_length_penalty(max_len - 1, length_penalty),
-        )
+        # 4) done once no live hypothesis can beat the n_best-th finished one
+        best_lp = max(lp(t + 1), lp(max_len - 1))  # largest still reachable
         _mark_done(finished, done, scores, n_best, best_lp)
         if all(done):
             break
-    lp = gnmt_length_penalty(ys.size(1) - 1, length_penalty)
-    for b in range(batch):  # max_len reached: live hypotheses compete as they are
-        for j in range(k):
-            if not done[b] and math.isfinite(scores[b, j].item()):
-                finished[b].append((scores[b, j].item() / lp, ys[b * k + j]))
+    _add_live(finished, done, scores, ys, lp(ys.size(1) - 1))  # at max_len
     ranked = [sorted(f, key=lambda e: -e[0])[:n_best] for f in finished]
     return [[(tokens, score) for score, tokens in r] for r in ranked]

@@ -11,6 +11,32 @@ import torch
 from torch import Tensor
 
 
+def _check_token_ids(tokens: Tensor, pad: int) -> int:
+    """ValueError unless ``tokens`` is a (batch, len) tensor of integer ids
+    and ``pad`` an integer id; returns ``pad`` as an int."""
+    if not isinstance(tokens, Tensor) or tokens.dim() != 2:
+        got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens must be a (batch, len) tensor of token ids, got {got}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"tokens must hold integer token ids, got dtype {tokens.dtype}")
+    if isinstance(pad, bool) or not hasattr(pad, "__index__"):
+        raise ValueError(f"pad must be the integer id of the padding token, got {pad!r}")
+    return operator.index(pad)
+
+
+def _check_size(size: int) -> int:
+    """ValueError unless ``size`` is an integer >= 1; returns it as an int."""
+    if isinstance(size, bool):
+        raise ValueError(f"size must be an integer >= 1, got {size!r}")
+    try:
+        size = operator.index(size)
+    except TypeError:
+        raise ValueError(f"size must be an integer >= 1, got {size!r}") from None
+    if size < 1:
+        raise ValueError(f"size must be an integer >= 1, got {size}")
+    return size
+
+
 def padding_mask(tokens: Tensor, pad: int) -> Tensor:
     """The padding (key) mask of a batch of token ids: True where not padding.
 
@@ -24,14 +50,7 @@ def padding_mask(tokens: Tensor, pad: int) -> Tensor:
     similar length, Section 5.1), but any padded batch needs it. Defined in
     chapter 2.
     """
-    if not isinstance(tokens, Tensor) or tokens.dim() != 2:
-        got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be a (batch, len) tensor of token ids, got {got}")
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise ValueError(f"tokens must hold integer token ids, got dtype {tokens.dtype}")
-    if isinstance(pad, bool) or not hasattr(pad, "__index__"):
-        raise ValueError(f"pad must be the integer id of the padding token, got {pad!r}")
-    pad = operator.index(pad)
+    pad = _check_token_ids(tokens, pad)  # folded cell at the chapter's top
     return (tokens != pad).unsqueeze(-2)  # (batch, 1, len)
 
 
@@ -47,13 +66,6 @@ def subsequent_mask(size: int, device: torch.device | str | None = None) -> Tens
     Need", Section 3.2.3 (masking in the decoder's self-attention). Defined in
     chapter 2.
     """
-    if isinstance(size, bool):
-        raise ValueError(f"size must be an integer >= 1, got {size!r}")
-    try:
-        size = operator.index(size)
-    except TypeError:
-        raise ValueError(f"size must be an integer >= 1, got {size!r}") from None
-    if size < 1:
-        raise ValueError(f"size must be an integer >= 1, got {size}")
+    size = _check_size(size)  # folded cell at the top of the chapter
     ones = torch.ones(size, size, dtype=torch.bool, device=device)
     return torch.tril(ones).unsqueeze(0)  # (1, size, size)

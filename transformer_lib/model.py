@@ -124,16 +124,73 @@ class EncoderDecoder(nn.Module):
         return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
 
 
+def _check_model_args(
+    *,
+    src_vocab: int,
+    tgt_vocab: int,
+    N: int,
+    d_model: int,
+    d_ff: int,
+    h: int,
+    dropout: float,
+    attn_dropout: float | None,
+    ffn_dropout: float | None,
+    positional: str,
+    max_len: int,
+    share_embeddings: bool,
+    pad_idx: int | None,
+    **_: object,
+) -> None:
+    """ValueError naming the first bad argument of ``make_model``.
+
+    The other arguments are checked by the modules they configure.
+    """
+    for name, value in (
+        ("src_vocab", src_vocab),
+        ("tgt_vocab", tgt_vocab),
+        ("N", N),
+        ("d_model", d_model),
+        ("d_ff", d_ff),
+        ("h", h),
+        ("max_len", max_len),
+    ):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if d_model % h != 0:
+        raise ValueError(f"d_model must be divisible by h, got d_model={d_model}, h={h}")
+    for name, value in (
+        ("dropout", dropout),
+        ("attn_dropout", dropout if attn_dropout is None else attn_dropout),
+        ("ffn_dropout", dropout if ffn_dropout is None else ffn_dropout),
+    ):
+        check_probability(value, name)
+    if positional not in ("sinusoidal", "learned"):
+        raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
+    if share_embeddings and src_vocab != tgt_vocab:
+        raise ValueError(
+            "share_embeddings=True needs one shared vocabulary: src_vocab "
+            f"must equal tgt_vocab, got src_vocab={src_vocab}, "
+            f"tgt_vocab={tgt_vocab}"
+        )
+    if pad_idx is not None and not 0 <= pad_idx < min(src_vocab, tgt_vocab):
+        raise ValueError(
+            f"pad_idx must be in [0, {min(src_vocab, tgt_vocab)}) "
+            f"(a valid id in both vocabularies), got {pad_idx}"
+        )
+
+
 def _init_weights(model: nn.Module, pad_idx: int | None) -> None:
     """Xavier-uniform init of every weight matrix; fused Q/K/V by block."""
     done: set[int] = set()
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, MultiHeadedAttention):
-                for block in module.in_proj.weight.chunk(3, dim=0):  # W^Q, W^K, W^V
+                # W^Q, W^K, W^V: one fused matrix, three blocks
+                for block in module.in_proj.weight.chunk(3, dim=0):
                     nn.init.xavier_uniform_(block)
                 done.add(id(module.in_proj.weight))
-        for p in model.parameters():  # unique tensors: a tied matrix is initialized once
+        # unique tensors: a tied matrix is initialized once
+        for p in model.parameters():
             if p.dim() > 1 and id(p) not in done:
                 nn.init.xavier_uniform_(p)
         if pad_idx is not None:
@@ -178,9 +235,8 @@ def make_model(
         activation: "relu" (paper) or "gelu".
         attn_dropout, ffn_dropout: dropout on the attention weights and on the
             FFN's hidden activations; None (default) uses ``dropout``, as the
-            Annotated Transformer and ``nn.Transformer`` do. 0 for both gives
-            the paper's placement (section 5.4: residual and embedding dropout
-            only), which is also faster (fused attention).
+            Annotated Transformer and ``nn.Transformer`` do. 0 for both is the
+            paper's placement (section 5.4) and faster (fused attention).
         skip_padding: the layers run their feed-forward blocks on the
             positions the masks leave visible only (the same outputs at real
             positions; see ``visible_positions``).
@@ -189,39 +245,8 @@ def make_model(
     log-probabilities. Paper section 3, Table 3 (base model). Defined in
     chapter 5.
     """
-    for name, value in (
-        ("src_vocab", src_vocab),
-        ("tgt_vocab", tgt_vocab),
-        ("N", N),
-        ("d_model", d_model),
-        ("d_ff", d_ff),
-        ("h", h),
-        ("max_len", max_len),
-    ):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if d_model % h != 0:
-        raise ValueError(f"d_model must be divisible by h, got d_model={d_model}, h={h}")
-    for name, value in (
-        ("dropout", dropout),
-        ("attn_dropout", dropout if attn_dropout is None else attn_dropout),
-        ("ffn_dropout", dropout if ffn_dropout is None else ffn_dropout),
-    ):
-        check_probability(value, name)
-    if positional not in ("sinusoidal", "learned"):
-        raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {positional!r}")
-    if share_embeddings and src_vocab != tgt_vocab:
-        raise ValueError(
-            "share_embeddings=True needs one shared vocabulary: src_vocab "
-            f"must equal tgt_vocab, got src_vocab={src_vocab}, "
-            f"tgt_vocab={tgt_vocab}"
-        )
-    if pad_idx is not None and not 0 <= pad_idx < min(src_vocab, tgt_vocab):
-        raise ValueError(
-            f"pad_idx must be in [0, {min(src_vocab, tgt_vocab)}) "
-            f"(a valid id in both vocabularies), got {pad_idx}"
-        )
-    c = copy.deepcopy
+    _check_model_args(**locals())  # every argument, by name (folded above)
+    c = copy.deepcopy  # every layer gets its own copy of a prototype
     attn_p = dropout if attn_dropout is None else attn_dropout
     ffn_p = dropout if ffn_dropout is None else ffn_dropout
     attn = MultiHeadedAttention(h, d_model, attn_p)
@@ -230,23 +255,13 @@ def make_model(
         position: nn.Module = PositionalEncoding(d_model, dropout, max_len)
     else:
         position = LearnedPositionalEmbedding(d_model, dropout, max_len)
+    encoder_layer = EncoderLayer(d_model, c(attn), c(ff), dropout, norm_first, skip_padding)
+    decoder_layer = DecoderLayer(
+        d_model, c(attn), c(attn), c(ff), dropout, norm_first, skip_padding
+    )
     model = EncoderDecoder(
-        Encoder(
-            EncoderLayer(d_model, c(attn), c(ff), dropout, norm_first, skip_padding),
-            N,
-        ),
-        Decoder(
-            DecoderLayer(
-                d_model,
-                c(attn),
-                c(attn),
-                c(ff),
-                dropout,
-                norm_first,
-                skip_padding,
-            ),
-            N,
-        ),
+        Encoder(encoder_layer, N),  # N copies of each layer
+        Decoder(decoder_layer, N),
         nn.Sequential(Embeddings(src_vocab, d_model, pad_idx), c(position)),
         nn.Sequential(Embeddings(tgt_vocab, d_model, pad_idx), c(position)),
         Generator(d_model, tgt_vocab),

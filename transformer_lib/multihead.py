@@ -3,7 +3,7 @@
 Generated from chapters/03_multihead_attention.ipynb by tools/export.py: do not edit.
 Edit the chapter and run `make export`."""
 
-__all__ = ["MultiHeadedAttention"]
+__all__ = ["fused_attention", "MultiHeadedAttention"]
 
 import torch
 import torch.nn.functional as F
@@ -12,14 +12,23 @@ from torch import Tensor, nn
 from transformer_lib.attention import attention, check_mask, check_probability
 
 
-def _fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
-    """``F.scaled_dot_product_attention`` with the book's convention for
-    fully masked rows.
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
+    """Scaled dot-product attention in every head, with the fused kernel.
 
-    q (batch, h, q_len, d_k), k and v (batch, h, k_len, d_k), mask bool
-    broadcastable to (batch, h, q_len, k_len) -> (batch, h, q_len, d_k).
-    A query with no allowed key gets a zero output, like chapter 1's
-    ``attention``, whatever the kernel would give for it.
+    softmax(q k^T / sqrt(d_k)) v ("Attention Is All You Need", section
+    3.2.1), computed by PyTorch's ``F.scaled_dot_product_attention``, which
+    does not return the weights. Fully masked rows follow the book's
+    convention: a query with no allowed key gets a zero output, like
+    chapter 1's ``attention``, whatever the kernel would give for it.
+
+    Args:
+        q: (batch, h, q_len, d_k) queries, split into heads.
+        k, v: (batch, h, k_len, d_k) keys and values.
+        mask: bool, True = may attend, broadcastable to
+            (batch, h, q_len, k_len); or None.
+        p: dropout probability on the attention weights (0 in evaluation).
+
+    Returns (batch, h, q_len, d_k). Defined in chapter 3.
     """
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
@@ -219,7 +228,7 @@ def _check_projected(k: Tensor, v: Tensor, batch: int, h: int, d_k: int) -> None
 
 
 def _fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
-    """:func:`_fused_attention`, in fp32 for bf16/fp16 inputs on a CPU.
+    """:func:`fused_attention`, in fp32 for bf16/fp16 inputs on a CPU.
 
     Same arguments and result (in the inputs' dtype). A speed-only variant:
     without AMX, PyTorch's fused CPU kernel is slower in bf16 than in fp32
@@ -228,6 +237,6 @@ def _fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: flo
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
         # autocast would cast the fp32 inputs straight back to bf16
         with torch.autocast("cpu", enabled=False):
-            out = _fused_attention(q.float(), k.float(), v.float(), mask, p)
+            out = fused_attention(q.float(), k.float(), v.float(), mask, p)
         return out.to(q.dtype)
-    return _fused_attention(q, k, v, mask, p)
+    return fused_attention(q, k, v, mask, p)

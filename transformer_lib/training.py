@@ -10,6 +10,7 @@ __all__ = [
     "rate",
     "SimpleLossCompute",
     "TrainState",
+    "real_token_loss",
     "train_step",
     "run_epoch",
     "copy_task_batches",
@@ -50,7 +51,7 @@ class Batch:
         tgt: (batch, T) target token ids starting with the start symbol, or
             None (inference).
         pad: the padding token id (keyword-only; 0, as in
-            ``transformer_lib.data.PAD``).
+            ``transformer_lib.translation.data.PAD``).
 
     Attributes:
         src_mask: (batch, 1, S) bool, True where the source token is not
@@ -60,8 +61,7 @@ class Batch:
         tgt_y: (batch, T-1) what the decoder must predict: the target without
             its first token.
         tgt_mask: (batch, T-1, T-1) bool, True where query i may attend to key
-            j: j <= i and
-            token j is not padding.
+            j: j <= i and token j is not padding.
         ntokens: number of non-padding tokens in ``tgt_y`` (what the loss is
             averaged over).
 
@@ -87,9 +87,8 @@ class Batch:
             )
         if tgt.size(1) < 2:
             raise ValueError(
-                "tgt must have length >= 2 (a start symbol and at least "
-                "one token to predict), "
-                f"got length {tgt.size(1)}"
+                "tgt must have length >= 2 (a start symbol and at least one "
+                f"token to predict), got length {tgt.size(1)}"
             )
         self.tgt = tgt[:, :-1]  # (batch, T-1) decoder input: <s> y1 ... y_{T-2}
         self.tgt_y = tgt[:, 1:]  # (batch, T-1) expected output: y1 ... y_{T-1}
@@ -107,11 +106,8 @@ class Batch:
         """Return a copy of the batch with every tensor moved to `device`."""
         out = Batch.__new__(Batch)
         for name, value in vars(self).items():
-            setattr(
-                out,
-                name,
-                value.to(device) if isinstance(value, Tensor) else value,
-            )
+            moved = value.to(device) if isinstance(value, Tensor) else value
+            setattr(out, name, moved)
         return out
 
     def __repr__(self) -> str:
@@ -124,9 +120,8 @@ def smoothed_kl_by_definition(x: Tensor, p: Tensor) -> Tensor:
     """Summed KL(p || exp(x)), p (N, V) targets, x (N, V) log-probabilities.
 
     The definition ``LabelSmoothing`` is checked against (and the benchmarks'
-    textbook model
-    uses); terms with p = 0 count 0, also where x = -inf. Defined in chapter
-    6.
+    textbook model uses); terms with p = 0 count 0, also where x = -inf.
+    Defined in chapter 6.
     """
     log_q = x.masked_fill(p == 0, 0.0)  # 0 * log q := 0, also where log q = -inf
     return (torch.xlogy(p, p) - p * log_q).sum()  # sum p log p - sum p log q
@@ -242,20 +237,16 @@ class _SmoothedKL(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
         (target,) = ctx.saved_tensors
         p = ctx.ls.target_distribution(target, ctx.dtype)  # (N, V)
-        return (
-            p.mul_(-grad),
-            None,
-            None,
-        )  # d loss / d x = -p, times the incoming gradient
+        # d loss / d x = -p, times the incoming gradient
+        return p.mul_(-grad), None, None
 
 
 def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
     """The paper's learning rate: linear warm-up, then 1/sqrt(step) decay.
 
     lrate = factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5).
-    Step 0 counts as
-    step 1, since ``LambdaLR`` asks for the rate of step 0 before the first
-    update.
+    Step 0 counts as step 1, since ``LambdaLR`` asks for the rate of step 0
+    before the first update.
 
     Args:
         step: number of optimizer updates done so far (>= 0).
@@ -265,7 +256,7 @@ def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
             at step = warmup.
 
     Use as ``LambdaLR(optimizer, lambda s: rate(s, d_model, factor, warmup))``
-        with base lr 1.0.
+    with base lr 1.0.
     Equation (3) of section 5.3. Defined in chapter 6.
     """
     if warmup < 1:
@@ -290,12 +281,10 @@ class SimpleLossCompute:
             summed loss.
 
     ``__call__(x, y, norm)``: x (batch, T, d_model) decoder states, y (batch,
-        T) target ids,
-    norm the number of tokens to average over. Returns (summed loss, detached,
-    for logging;
-    loss / norm, to back-propagate). An all-padding batch has norm 0 and loss
-    0: it is divided
-    by 1 instead, giving a zero loss and zero gradient rather than NaN.
+    T) target ids, norm the number of tokens to average over. Returns (summed
+    loss, detached, for logging; loss / norm, to back-propagate). An
+    all-padding batch has norm 0 and loss 0: it is divided by 1 instead,
+    giving a zero loss and zero gradient rather than NaN.
     Part of the training procedure of section 5. Defined in chapter 6.
     """
 
@@ -317,7 +306,7 @@ class TrainState:
 
     Attributes:
         step: optimizer updates (what the learning-rate schedule counts).
-        accum_step: batches back-propagated (step * accum_iter, plus any
+        accum_step: batches back-propagated (step * accum, plus any
             shorter last group).
         samples: sequences (sentence pairs) trained on.
         tokens: non-padding target tokens trained on.
@@ -329,6 +318,48 @@ class TrainState:
     accum_step: int = 0
     samples: int = 0
     tokens: int = 0
+
+    def count_update(self, batches: int, samples: int, tokens: int) -> None:
+        """Count one optimizer update over `batches` batches holding
+        `samples` sequences and `tokens` non-padding target tokens."""
+        self.step += 1
+        self.accum_step += batches
+        self.samples += samples
+        self.tokens += tokens
+
+
+def real_token_loss(
+    model: nn.Module,
+    batch: Batch,
+    criterion: Callable[[Tensor, Tensor], Tensor],
+    *,
+    precision: str = "fp32",
+    forward: nn.Module | None = None,
+) -> Tensor:
+    """`criterion` summed over the real (non-padding) target tokens.
+
+    The generator runs on those positions only: a padding position would cost
+    a (d_model x vocab) projection and then count 0. Training, evaluation and
+    the translation package's validation loss all score with this.
+
+    Args:
+        model: an ``EncoderDecoder``; batch: a `Batch` with targets.
+        criterion: ((N, vocab) log-probabilities, (N,) targets) -> summed
+            loss, computed in float32.
+        precision: "fp32", or "bf16" (forward and generator under bfloat16
+            autocast). forward: the module called (default `model`).
+
+    Returns a scalar tensor (differentiable when gradients are enabled).
+    Defined in chapter 6.
+    """
+    call = model if forward is None else forward
+    device_type = batch.src.device.type
+    bf16 = precision == "bf16"
+    with torch.autocast(device_type, torch.bfloat16, enabled=bf16):
+        out = call(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (batch, T, d_model)
+        real = batch.tgt_y != batch.pad  # (batch, T)
+        logp = model.generator(out[real])  # (n_real, vocab)
+    return criterion(logp.float(), batch.tgt_y[real])
 
 
 def train_step(
@@ -346,26 +377,17 @@ def train_step(
     """One optimizer update over `batches`, whose gradients add up.
 
     Args:
-        model: an ``EncoderDecoder`` (its ``generator`` scores the decoder
-            states).
+        model, criterion, precision: as in `real_token_loss`, which scores
+            each batch (e.g. ``LabelSmoothing`` as the criterion).
         batches: `Batch` objects with targets, on the model's device.
-        criterion: ((N, vocab) log-probabilities, (N,) targets) -> summed loss
-            (e.g. ``LabelSmoothing``); it sees the real target positions only.
         optimizer: updated once, after every batch has been back-propagated.
-        precision: "fp32", or "bf16" (forward and generator under bfloat16
-            autocast).
-        clip_norm: clip the global L2 norm of the gradients to this (None: no
-            clipping).
-        scheduler: stepped once after the update (None: no schedule).
-        forward: the module called for the forward pass (default `model`; e.g.
-            a
-            ``DistributedDataParallel`` wrapper of it, whose ``no_sync`` is
-            used for every
-            batch but the last).
+        clip_norm: clip the global L2 norm of the gradients to this (None:
+            no clipping). scheduler: stepped once after the update.
+        forward: the module called for the forward pass (default `model`;
+            e.g. a ``DistributedDataParallel`` wrapper of it, whose
+            ``no_sync`` is used for every batch but the last).
         loss_scale: back-propagate ``loss * loss_scale`` (default: 1 / the
-            number of real
-            target tokens of all the batches, so the update is that of one big
-            batch).
+            real target tokens of all the batches: one big batch's update).
 
     Returns:
         (summed loss over the real target tokens, number of those tokens).
@@ -385,26 +407,22 @@ def train_step(
     call = model if forward is None else forward
     total = 0.0
     for i, b in enumerate(batches):
-        # A DDP wrapper averages gradients across processes at every backward;
-        # the
-        # micro-batches before the last one only need to add up locally.
+        # A DDP wrapper averages gradients across processes at every
+        # backward; the micro-batches before the last one only need to add
+        # up locally.
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(call, "no_sync") else call.no_sync()
         with sync:
-            device_type = b.src.device.type
-            with torch.autocast(device_type, torch.bfloat16, enabled=precision == "bf16"):
-                out = call(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (batch, T, d_model)
-                real = b.tgt_y != b.pad  # (batch, T)
-                logp = model.generator(out[real])  # (n_real, vocab)
-            loss = criterion(logp.float(), b.tgt_y[real])  # summed over the real tokens
+            loss = real_token_loss(
+                model, b, criterion, precision=precision, forward=call
+            )  # summed over the real tokens
             (loss * scale).backward()
         total += loss.item()
     if not math.isfinite(total):
         optimizer.zero_grad(set_to_none=True)
         raise FloatingPointError(
             f"the training loss is {total} (not finite): the run diverged; "
-            "lower the "
-            "learning rate or clip the gradients (clip_norm)"
+            "lower the learning rate or clip the gradients (clip_norm)"
         )
     if clip_norm is not None:
         nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
@@ -422,9 +440,9 @@ def run_epoch(
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     mode: str = "train",
-    accum_iter: int = 1,
+    accum: int = 1,
     train_state: TrainState | None = None,
-    max_grad_norm: float | None = None,
+    clip_norm: float | None = None,
     progress: bool = True,
     desc: str | None = None,
     history: list[float] | None = None,
@@ -433,44 +451,30 @@ def run_epoch(
 
     Args:
         data_iter: `Batch` objects with targets, on the model's device.
-        model: forward(src, tgt, src_mask, tgt_mask) -> (batch, T, d_model)
-            decoder states.
+        model: an ``EncoderDecoder``.
         loss_compute: ``SimpleLossCompute(model.generator, criterion)``;
-            training
-            updates go through `train_step` with its criterion.
+            both modes score with its criterion (`real_token_loss`).
         optimizer: required in "train" mode. scheduler: optional, stepped
             after each update.
-        mode: "train" (dropout on, gradients, updates) or "eval" (dropout off,
-            no_grad).
-        accum_iter: batches per optimizer update. Each group's losses are
-            divided by the
-            group's total token count, so an update equals one step on the
-            concatenated
-            batches; a shorter last group is applied too.
+        mode: "train" (dropout on, gradients, updates) or "eval" (dropout
+            off, no gradients).
+        accum: batches per optimizer update. Each group's losses are divided
+            by the group's total token count, so an update equals one step
+            on the concatenated batches; a shorter last group is applied too.
         train_state: counters to continue (a new `TrainState` if None);
             updated in "train".
-        max_grad_norm: clip the global L2 norm of the gradients to this before
-            each update
-            (None: no clipping, as in the paper).
+        clip_norm: clip the global L2 norm of the gradients to this before
+            each update (None: no clipping, as in the paper).
         progress: show a tqdm bar on stderr with the running loss, tok/s and
-            learning rate.
-        desc: label of the progress bar (default: the mode).
-        history: if given, the loss per token of every update is appended to
-            it.
+            learning rate. desc: its label (default: the mode).
+        history: if given, the loss per token of every update is appended.
 
     Returns:
         (loss per non-padding target token over the epoch, the train state).
     The training procedure of section 5. Defined in chapter 6.
     """
-    if mode not in ("train", "eval"):
-        raise ValueError(f'mode must be "train" or "eval", got {mode!r}')
-    if not isinstance(accum_iter, int) or accum_iter < 1:
-        raise ValueError(f"accum_iter must be an int >= 1, got {accum_iter!r}")
-    if max_grad_norm is not None and not max_grad_norm > 0:
-        raise ValueError(f"max_grad_norm must be > 0 or None, got {max_grad_norm}")
+    _check_epoch_args(mode, accum, clip_norm, optimizer)
     train = mode == "train"
-    if train and optimizer is None:
-        raise ValueError('optimizer is required when mode="train"')
     state = train_state if train_state is not None else TrainState()
     model.train(train)  # dropout on for training, off for evaluation
     total = len(data_iter) if hasattr(data_iter, "__len__") else None
@@ -481,43 +485,47 @@ def run_epoch(
         file=sys.stderr,
         disable=not progress,
     )
+    criterion = loss_compute.criterion
     total_loss, total_tokens, start = 0.0, 0, time.perf_counter()
     with torch.set_grad_enabled(train):
-        for group in _groups(bar, accum_iter if train else 1):
+        for group in _groups(bar, accum if train else 1):
             if train:
                 loss, ntokens = train_step(
-                    model,
-                    group,
-                    loss_compute.criterion,
-                    optimizer,
-                    clip_norm=max_grad_norm,
-                    scheduler=scheduler,
-                )
-                state.step += 1
-                state.accum_step += len(group)
-                state.samples += sum(b.src.size(0) for b in group)
-                state.tokens += ntokens
+                    model, group, criterion, optimizer,
+                    clip_norm=clip_norm, scheduler=scheduler,
+                )  # fmt: skip
+                samples = sum(b.src.size(0) for b in group)
+                state.count_update(len(group), samples, ntokens)
             else:
                 (b,) = group
-                out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (batch, T, d_model)
-                loss, ntokens = (
-                    float(loss_compute(out, b.tgt_y, b.ntokens)[0]),
-                    b.ntokens,
-                )
+                loss = real_token_loss(model, b, criterion).item()
+                ntokens = b.ntokens
             if history is not None:
                 history.append(loss / max(ntokens, 1))
             total_loss += loss
             total_tokens += ntokens
             if progress:
-                _show(
-                    bar,
-                    total_loss,
-                    total_tokens,
-                    start,
-                    optimizer if train else None,
-                )
+                lr_of = optimizer if train else None
+                _show(bar, total_loss, total_tokens, start, lr_of)
     bar.close()
     return total_loss / max(total_tokens, 1), state
+
+
+def _check_epoch_args(
+    mode: str,
+    accum: int,
+    clip_norm: float | None,
+    optimizer: torch.optim.Optimizer | None,
+) -> None:
+    """Raise ValueError naming the first wrong argument of run_epoch."""
+    if mode not in ("train", "eval"):
+        raise ValueError(f'mode must be "train" or "eval", got {mode!r}')
+    if isinstance(accum, bool) or not isinstance(accum, int) or accum < 1:
+        raise ValueError(f"accum must be an int >= 1, got {accum!r}")
+    if clip_norm is not None and not clip_norm > 0:
+        raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm}")
+    if mode == "train" and optimizer is None:
+        raise ValueError('optimizer is required when mode="train"')
 
 
 def _groups(batches: Iterable[Batch], size: int) -> Iterator[list[Batch]]:
@@ -554,8 +562,7 @@ def copy_task_batches(
     """Random batches for the copy task, whose target is its source.
 
     Each sequence is the start symbol 1 followed by seq_len - 1 tokens drawn
-    uniformly from
-    {2, ..., vocab - 1}; id 0 is reserved for padding (never produced).
+    uniformly from {2, ..., vocab - 1}; id 0 is padding (never produced).
 
     Args:
         vocab: vocabulary size (>= 3).
@@ -567,8 +574,7 @@ def copy_task_batches(
 
     Yields:
         ``Batch(src, src, pad=0)`` with src (batch_size, seq_len).
-    The toy task of the Annotated Transformer (Rush, 2018). Defined in chapter
-    6.
+    The toy task of the Annotated Transformer (Rush, 2018). Chapter 6.
     """
     if vocab < 3:
         raise ValueError(f"vocab must be >= 3 (padding 0, start 1, a token), got {vocab}")

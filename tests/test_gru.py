@@ -5,11 +5,11 @@ import dataclasses
 import pytest
 import torch
 
-from transformer_lib import trainer
-from transformer_lib.data import BOS, EOS, PAD
+from transformer_lib import translation
 from transformer_lib.decoding import beam_search, greedy_decode
-from transformer_lib.rnn import GRUTranslator, make_gru_model
+from transformer_lib.gru import GRUTranslator, make_gru_model
 from transformer_lib.training import Batch, LabelSmoothing, train_step
+from transformer_lib.translation.data import BOS, EOS, PAD
 
 
 def _model(vocab=40, d=16, n=2, tied=True):
@@ -118,15 +118,15 @@ def test_bad_arguments_are_refused(kwargs, match):
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("n", [2, 4])
 def test_parameter_count_from_the_config(tied, n):
-    cfg = trainer.Config(arch="gru", N=n, d_model=24, share_embeddings=tied)
+    cfg = translation.Config(arch="gru", N=n, d_model=24, share_embeddings=tied)
     model = cfg.build_model(300)
     assert isinstance(model, GRUTranslator)
-    assert trainer.parameter_count(cfg, 300) == sum(p.numel() for p in model.parameters())
+    assert translation.parameter_count(cfg, 300) == sum(p.numel() for p in model.parameters())
 
 
 def test_config_refuses_an_unknown_arch():
     with pytest.raises(ValueError, match="config: arch must be one of"):
-        trainer.Config(arch="lstm")
+        translation.Config(arch="lstm")
 
 
 @pytest.mark.parametrize(
@@ -138,27 +138,27 @@ def test_config_refuses_an_unknown_arch():
 )
 def test_config_checks_the_gru_before_any_work(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        trainer.Config(arch="gru", **kwargs)
+        translation.Config(arch="gru", **kwargs)
 
 
 def test_config_does_not_ask_the_gru_for_heads():
-    cfg = trainer.Config(arch="gru", d_model=250, h=4)  # 4 does not divide 250: no heads here
+    cfg = translation.Config(arch="gru", d_model=250, h=4)  # 4 does not divide 250: no heads here
     assert cfg.build_model(300).d_model == 250
 
 
 def test_trainer_trains_resumes_and_translates_with_the_gru(tmp_path):
-    cfg = trainer.Config(arch="gru", N=2, d_model=32, train_limit=64, val_limit=8,
-                         vocab_size=300, max_tokens=400, epochs=1, max_steps=3, warmup=2,
-                         save_every=1, keep_last=1, average_last=0, bleu_every=1, seed=0)
-    out = trainer.train(cfg, tmp_path / "run", progress=False)
+    cfg = translation.Config(arch="gru", N=2, d_model=32, train_limit=64, val_limit=8,
+                             vocab_size=300, max_tokens=400, epochs=1, max_steps=3, warmup=2,
+                             save_every=1, keep_last=1, average_last=0, bleu_every=1, seed=0)
+    out = translation.train(cfg, tmp_path / "run", progress=False)
     assert out["steps"] == 3 and "val_bleu" in out["history"][-1]
-    model, tok, loaded = trainer.load_model(tmp_path / "run" / "last")
+    model, tok, loaded = translation.load_model(tmp_path / "run" / "last")
     assert isinstance(model, GRUTranslator) and loaded.arch == "gru"
-    hyp = trainer.translate_sentences(model, tok, ["Ein Hund rennt."], beam_size=2,
-                                      max_input_len=None, **loaded.decode_kwargs())
+    hyp = translation.translate_sentences(model, tok, ["Ein Hund rennt."], beam_size=2,
+                                          max_input_len=None, **loaded.decode_kwargs())
     assert isinstance(hyp[0], str)
-    more = trainer.train(dataclasses.replace(cfg, max_steps=5), tmp_path / "run", resume=True,
-                         progress=False)
+    more = translation.train(dataclasses.replace(cfg, max_steps=5), tmp_path / "run", resume=True,
+                             progress=False)
     assert more["steps"] == 5
 
 

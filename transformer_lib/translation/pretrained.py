@@ -1,12 +1,12 @@
-"""The German→English model that ships with the book (chapter 8), ready to translate.
+"""The German→English model that ships with the book, ready to translate (hand-written).
 
-The files live inside the package (``transformer_lib/pretrained/multi30k_de_en/``): the
-weights in bfloat16 safetensors, the tokenizer, the training config and a manifest of SHA-256
-sums that loading checks, as for every checkpoint (a changed or truncated file is refused).
-``MODEL_CARD.md`` beside them says how the model was trained and what it scores.
+Chapter 8 trained it. The files live inside the package
+(``transformer_lib/pretrained/multi30k_de_en/``): the weights in bfloat16 safetensors, the
+tokenizer, the training config and a manifest of SHA-256 sums that loading checks, as for every
+checkpoint (a changed or truncated file is refused). ``MODEL_CARD.md`` beside them says how the
+model was trained and what it scores.
 
-    >>> from transformer_lib import load_pretrained
-    >>> from transformer_lib.trainer import translate_sentences
+    >>> from transformer_lib import load_pretrained, translate_sentences
     >>> model, tok, cfg = load_pretrained()
     >>> translate_sentences(model, tok, ["Ein Hund rennt durch den Schnee."])
 """
@@ -19,10 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from transformer_lib.translation.inference import load_model
+
 __all__ = ["PRETRAINED", "pretrained_path", "load_pretrained"]
 
-# name -> directory inside the package
+# name -> directory inside the package (transformer_lib/, where package data lives)
 PRETRAINED = {"multi30k_de_en": "pretrained/multi30k_de_en"}
+_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def pretrained_path(name: str = "multi30k_de_en") -> Path:
@@ -33,7 +36,7 @@ def pretrained_path(name: str = "multi30k_de_en") -> Path:
     """
     if name not in PRETRAINED:
         raise ValueError(f"name must be one of {sorted(PRETRAINED)}, got {name!r}")
-    path = Path(__file__).resolve().parent / PRETRAINED[name]
+    path = _PACKAGE / PRETRAINED[name]
     if not (path / "manifest.json").is_file():
         raise FileNotFoundError(
             f"the shipped model {name!r} is missing from {path} (the package was installed "
@@ -54,7 +57,5 @@ def load_pretrained(
     ``precision`` is the one it was trained in; ``translate_sentences`` runs "auto" (bf16 only
     where the device has it natively) unless given ``precision``.
     """
-    from transformer_lib.trainer import load_model
-
     device = torch.device(device) if isinstance(device, str) else device
     return load_model(pretrained_path(name), device)

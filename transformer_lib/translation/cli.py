@@ -1,4 +1,4 @@
-"""Command line: `python -m transformer_lib {train,evaluate,translate}`.
+"""Command line: `python -m transformer_lib {train,evaluate,translate}` (hand-written).
 
     python -m transformer_lib train --config configs/multi30k_small.toml --run-dir runs/small
     python -m transformer_lib train --config configs/multi30k_small.toml --run-dir runs/small \
@@ -13,7 +13,9 @@
         python -m transformer_lib translate --checkpoint runs/small/best
 
 Without ``--checkpoint``, ``evaluate`` and ``translate`` use the model that ships with the
-package (``transformer_lib.load_pretrained``).
+package (``transformer_lib.load_pretrained``). Each command is one call into the package:
+``loop.train``, ``inference.evaluate`` (a Multi30k split) or ``inference.translate_and_score``
+(``--src``/``--ref``), ``inference.translate``.
 
 A user error prints one line ``error: ...`` on stderr and exits with status 2 (bad arguments)
 or 1 (anything that fails while running); ``--debug`` prints the traceback instead.
@@ -60,7 +62,7 @@ def _alpha(text: str) -> float:
     return value
 
 
-# "auto": bf16 where this machine has it natively, else fp32 (trainer.resolve_precision).
+# "auto": bf16 where this machine has it natively, else fp32 (precision.resolve_precision).
 _PRECISIONS = ["auto", "fp32", "bf16"]
 _INFER_PRECISION = ("autocast precision (default auto: bf16 where this machine has it natively, "
                     "else fp32, whatever the checkpoint was trained in)")
@@ -85,7 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true",
                    help="continue from RUN/last (only epochs, time limit, data dir, checkpoint "
                         "and decoding settings may change)")
-    t.add_argument("--data-dir", help="Multi30k directory (default: see transformer_lib.data)")
+    t.add_argument("--data-dir",
+                   help="Multi30k directory (default: see transformer_lib.translation.data)")
     t.add_argument("--epochs", type=_positive_int, help="override the config's epochs")
     t.add_argument("--precision", choices=_PRECISIONS,
                    help="override the config's precision (auto: bf16 where this machine has it "
@@ -98,33 +101,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    # evaluate and translate decode alike
+    decoding = argparse.ArgumentParser(add_help=False, parents=[common])
+    decoding.add_argument("--checkpoint",
+                          help="a checkpoint directory (default: the shipped model)")
+    decoding.add_argument("--beam", type=_positive_int, help="beam size (1 = greedy; default: "
+                                                             "the checkpoint config's beam_size)")
+    decoding.add_argument("--length-penalty", type=_alpha,
+                          help="beam search's length penalty alpha (default: the checkpoint "
+                               "config's length_penalty; larger favours longer translations)")
+    decoding.add_argument("--precision", choices=_PRECISIONS, default="auto",
+                          help=_INFER_PRECISION)
+
     e = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a split or a file pair",
-                       parents=[common])
-    e.add_argument("--checkpoint", help="a checkpoint directory (default: the shipped model)")
+                       parents=[decoding])
     e.add_argument("--split", default="test", choices=["train", "val", "test"])
     e.add_argument("--src", help="score this file of source sentences (one per line; plain or "
                                  ".gz) instead of a Multi30k split; needs --ref")
     e.add_argument("--ref", help="the reference translations of --src, line by line")
-    e.add_argument("--beam", type=_positive_int,
-                   help="beam size (1 = greedy; default: the checkpoint config's beam_size)")
-    e.add_argument("--length-penalty", type=_alpha,
-                   help="beam search's length penalty alpha (default: the checkpoint config's "
-                        "length_penalty; larger favours longer translations)")
     e.add_argument("--data-dir")
     e.add_argument("--limit", type=_positive_int, help="only the first n sentences")
     e.add_argument("--output", help="write the JSON result (with hypotheses) here")
-    e.add_argument("--precision", choices=_PRECISIONS, default="auto", help=_INFER_PRECISION)
 
-    r = sub.add_parser("translate", help="translate stdin lines to stdout", parents=[common])
-    r.add_argument("--checkpoint", help="a checkpoint directory (default: the shipped model)")
-    r.add_argument("--beam", type=_positive_int,
-                   help="beam size (1 = greedy; default: the checkpoint config's beam_size)")
-    r.add_argument("--length-penalty", type=_alpha,
-                   help="beam search's length penalty alpha (default: the checkpoint config's "
-                        "length_penalty; larger favours longer translations)")
+    r = sub.add_parser("translate", help="translate stdin lines to stdout", parents=[decoding])
     r.add_argument("--max-input-len", type=_positive_int, default=256,
                    help="refuse lines of more subwords (default 256)")
-    r.add_argument("--precision", choices=_PRECISIONS, default="auto", help=_INFER_PRECISION)
     return p
 
 
@@ -164,14 +165,15 @@ def _fail(message: str, status: int, *, debug: bool) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from transformer_lib import trainer
+    from transformer_lib.translation import config, inference, loop
+    from transformer_lib.translation.precision import precision_note
 
     if args.command == "train":
-        cfg = trainer.load_config(
+        cfg = config.load_config(
             args.config, data_dir=args.data_dir, epochs=args.epochs, precision=args.precision,
             fast=args.fast,
         )
-        result = trainer.train(cfg, args.run, resume=args.resume, progress=not args.no_progress)
+        result = loop.train(cfg, args.run, resume=args.resume, progress=not args.no_progress)
         if result["history"]:
             last = result["history"][-1]
             print(json.dumps({k: last[k] for k in last if not isinstance(last[k], list)}))
@@ -184,12 +186,12 @@ def _run(args: argparse.Namespace) -> int:
         if args.src is not None:
             result = _evaluate_files(args)
         else:
-            result = trainer.evaluate(
+            result = inference.evaluate(
                 _checkpoint(args), args.split, args.beam, data_dir=args.data_dir,
                 limit=args.limit, length_penalty=args.length_penalty, precision=args.precision,
             )
         # the log's one line on stderr: stdout stays the score and the signature
-        print(trainer.precision_note(args.precision, result["device"]), file=sys.stderr)
+        print(precision_note(args.precision, result["device"]), file=sys.stderr)
         if args.output:
             Path(args.output).write_text(
                 json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8"
@@ -203,44 +205,40 @@ def _run(args: argparse.Namespace) -> int:
 def _translate(args: argparse.Namespace) -> int:
     """stdin to stdout, one output line per input line; a bad line gets an empty output line
     and an error on stderr (exit status 1), and the other lines are still translated."""
-    from transformer_lib import trainer
-    from transformer_lib.data import encode_text
+    from transformer_lib.translation.data import split_lines
+    from transformer_lib.translation.inference import translate
 
-    model, tok, cfg = trainer.load_model(_checkpoint(args))
     raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the newline that ends the last line
-    limit = trainer.source_length_limit(model, args.max_input_len)
-    sentences: dict[int, str] = {}
-    errors: list[str] = []
+    lines = split_lines(raw)
+    numbers: list[int] = []  # the line number of each sentence translated
+    sentences: list[str] = []
+    errors: dict[int, str] = {}
     for number, line in enumerate(lines, start=1):
         try:
-            text = line.rstrip(b"\r").decode("utf-8")
+            sentences.append(line.rstrip(b"\r").decode("utf-8"))
+            numbers.append(number)
         except UnicodeDecodeError as e:
-            errors.append(f"line {number}: not valid UTF-8 (byte 0x{line[e.start]:02x} at "
-                          f"position {e.start})")
-            continue
-        n = len(encode_text(tok, text, add_special=False))
-        if limit is not None and n > limit:
-            errors.append(f"line {number}: {n} subwords, more than --max-input-len {limit}")
-            continue
-        sentences[number] = text
-    beam = cfg.beam_size if args.beam is None else args.beam
-    done = trainer.translate_sentences(model, tok, list(sentences.values()), beam_size=beam,
-                                       max_input_len=None, precision=args.precision,
-                                       **cfg.decode_kwargs(args.length_penalty))
-    translated = dict(zip(sentences, done))
+            errors[number] = (f"line {number}: not valid UTF-8 (byte 0x{line[e.start]:02x} at "
+                              f"position {e.start})")
+
+    def too_long(i: int, subwords: int, limit: int) -> None:
+        errors[numbers[i]] = (f"line {numbers[i]}: {subwords} subwords, more than "
+                              f"--max-input-len {limit}")
+
+    done = translate(_checkpoint(args), sentences, args.beam, max_input_len=args.max_input_len,
+                     precision=args.precision, length_penalty=args.length_penalty,
+                     on_too_long=too_long)
+    translated = dict(zip(numbers, done))
     for number in range(1, len(lines) + 1):
-        print(translated.get(number, ""))
-    for message in errors:
-        print(f"error: {message}", file=sys.stderr)
+        print("" if number in errors else translated[number])
+    for number in sorted(errors):
+        print(f"error: {errors[number]}", file=sys.stderr)
     return 1 if errors else 0
 
 
 def _checkpoint(args: argparse.Namespace) -> Path:
     """--checkpoint, or the directory of the model that ships with the package."""
-    from transformer_lib.pretrained import pretrained_path
+    from transformer_lib.translation.pretrained import pretrained_path
 
     return Path(args.checkpoint) if args.checkpoint else pretrained_path()
 
@@ -248,6 +246,8 @@ def _checkpoint(args: argparse.Namespace) -> Path:
 def _read_lines(path: str, name: str) -> list[str]:
     """The lines of a UTF-8 text file, gzipped or not; a clear error for anything else."""
     import gzip
+
+    from transformer_lib.translation.data import split_lines
 
     p = Path(path)
     if not p.is_file():
@@ -263,17 +263,12 @@ def _read_lines(path: str, name: str) -> list[str]:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise ValueError(f"{name} {path!r}: line {line} is not valid UTF-8") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    return [line.rstrip("\r") for line in lines]
+    return [line.rstrip("\r") for line in split_lines(text)]
 
 
 def _evaluate_files(args: argparse.Namespace) -> dict:
     """sacreBLEU of --src translated against --ref (the same settings as `evaluate`)."""
-    import time
-
-    from transformer_lib import trainer
+    from transformer_lib.translation.inference import load_model, translate_and_score
 
     sources, refs = _read_lines(args.src, "--src"), _read_lines(args.ref, "--ref")
     if len(sources) != len(refs):
@@ -282,20 +277,7 @@ def _evaluate_files(args: argparse.Namespace) -> dict:
     if not sources:
         raise ValueError(f"--src {args.src!r} is empty")
     pairs = list(zip(sources, refs))[: args.limit]
-    model, tok, cfg = trainer.load_model(_checkpoint(args))
-    beam = cfg.beam_size if args.beam is None else args.beam
-    kwargs = cfg.decode_kwargs(args.length_penalty)
-    device = next(model.parameters()).device
-    start = time.perf_counter()
-    hyps = trainer.translate_sentences(model, tok, [s for s, _ in pairs], beam_size=beam,
-                                       max_input_len=None, precision=args.precision, **kwargs)
-    score = trainer.bleu(hyps, pairs)
-    return {
-        "src": args.src, "ref": args.ref, "beam_size": beam,
-        "length_penalty": kwargs["length_penalty"],
-        "precision": trainer.resolve_precision(args.precision, device), "device": str(device),
-        "bleu": round(score.score, 2),
-        "signature": trainer.bleu_signature(), "score_line": str(score),
-        "sentences": len(pairs), "seconds": round(time.perf_counter() - start, 1),
-        "hypotheses": hyps,
-    }
+    model, tok, cfg = load_model(_checkpoint(args))
+    scored = translate_and_score(model, tok, cfg, pairs, beam_size=args.beam,
+                                 length_penalty=args.length_penalty, precision=args.precision)
+    return {"src": args.src, "ref": args.ref, **scored}

@@ -1,10 +1,10 @@
-"""Multi30k German↔English: verified loading, download, joint BPE, length-bucketed batches.
+"""Multi30k German↔English: verified download and loading, joint BPE, batches (hand-written).
 
-Hand-written (not exported from a chapter): the translation chapter and the command line
-(`python -m transformer_lib`) build on it. The paper trains on WMT 2014 (section 5.1) with a
-shared source–target byte-pair vocabulary and batches "by approximate sequence length" of about
-25,000 tokens per side; this module does the same on the much smaller Multi30k task 1
-(Elliott et al., 2016), so a model trains on a laptop.
+The translation chapter and the command line (`python -m transformer_lib`) build on it;
+``_http`` fetches the files. The paper trains on WMT 2014 (section 5.1) with a shared
+source–target byte-pair vocabulary and batches "by approximate sequence length" of about 25,000
+tokens per side; this module does the same on the much smaller Multi30k task 1 (Elliott et al.,
+2016), so a model trains on a laptop.
 
 The files are read from ``$MULTI30K_DIR`` (an existing copy) when it is set, else from the user
 cache, into which they are downloaded and verified on first use (``default_data_dir``).
@@ -21,21 +21,22 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import http.client
 import os
 import random
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, AnyStr
 
 import torch
 
-from transformer_lib._fileio import fsync_dir, sha256_file
+from transformer_lib.translation._fileio import sha256_file
+from transformer_lib.translation._http import Deadline, fetch
+
+if TYPE_CHECKING:  # imported where needed: importing the package stays fast
+    from tokenizers import Tokenizer
 
 __all__ = [
     "PAD",
@@ -149,8 +150,18 @@ def _read_lines(path: Path, verify: bool) -> list[str]:
         text = gzip.decompress(data).decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError) as e:  # only reachable with verify=False
         raise ValueError(f"{path} is not gzip-compressed UTF-8 text: {e}") from e
-    lines = text.split("\n")  # not splitlines(): it would also split on U+2028 and friends
-    if lines and lines[-1] == "":
+    return split_lines(text)
+
+
+def split_lines(text: AnyStr) -> list[AnyStr]:
+    """The lines of `text` (str or bytes), one per newline, with nothing else stripped.
+
+    Only "\\n" ends a line: ``splitlines()`` would also split on U+2028 and friends, which may
+    stand inside a sentence. The newline that ends the last line starts no empty one. Not
+    re-exported: the command line reads its input files and stdin with it.
+    """
+    lines = text.split("\n" if isinstance(text, str) else b"\n")
+    if lines and not lines[-1]:
         lines.pop()  # the newline that ends the last line
     return lines
 
@@ -214,8 +225,8 @@ def _ensure_files(folder: Path, names: list[str], progress: bool | None) -> None
         raise FileNotFoundError(
             f"Multi30k file {missing[0]} is not in {folder} ({chosen}), which must hold a copy "
             f"of the data: put the six files there ({', '.join(SHA256)}), e.g. with "
-            f"transformer_lib.data.download({str(folder)!r}), or {other} to have them "
-            f"downloaded into the cache {_cache_dir()} on first use."
+            f"transformer_lib.translation.data.download({str(folder)!r}), or {other} to have "
+            f"them downloaded into the cache {_cache_dir()} on first use."
         )
     url = _base_url()
     try:
@@ -273,97 +284,8 @@ def download(
         if target.is_file() and _sha256(target) == SHA256[name]:
             continue
         url = f"{base.rstrip('/')}/{name}"
-        _fetch(url, target, SHA256[name], _Deadline(deadline, url, timeout), show)
+        fetch(url, target, SHA256[name], Deadline(deadline, url, timeout), show)
     return folder
-
-
-class _Deadline:
-    """Seconds left until the download's deadline, or a TimeoutError naming the URL."""
-
-    def __init__(self, at: float, url: str, timeout: float) -> None:
-        self.at, self.url, self.timeout = at, url, timeout
-
-    def left(self) -> float:
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise self.error()
-        return left
-
-    def error(self) -> TimeoutError:
-        return TimeoutError(
-            f"downloading {self.url} did not finish within timeout={self.timeout:g} s; "
-            "nothing was written"
-        )
-
-
-def _fetch(url: str, target: Path, expected: str, deadline: _Deadline, progress: bool) -> None:
-    request = urllib.request.Request(url, headers={"User-Agent": "transformer_lib"})
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
-            try:
-                _stream(request, deadline, h, out, target.name if progress else None)
-            except urllib.error.HTTPError as e:
-                raise OSError(f"downloading {url} failed: HTTP {e.code} {e.reason}") from e
-            except TimeoutError as e:
-                raise deadline.error() from e
-            except urllib.error.URLError as e:
-                if isinstance(e.reason, TimeoutError):
-                    raise deadline.error() from e
-                raise OSError(f"downloading {url} failed: {e}") from e
-            except (http.client.HTTPException, OSError) as e:
-                raise OSError(f"downloading {url} failed: {e}") from e
-            if h.hexdigest() != expected:
-                raise ValueError(
-                    f"downloaded {target.name} from {url} is corrupt: SHA-256 expected "
-                    f"{expected}, got {h.hexdigest()}; nothing was written"
-                )
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-        fsync_dir(target.parent)
-    finally:
-        tmp.unlink(missing_ok=True)  # gone already after a successful os.replace
-
-
-def _stream(
-    request: urllib.request.Request, deadline: _Deadline, h: Any, out: Any, bar_name: str | None
-) -> None:
-    """Copy the response body to `out`, hashing it, within the deadline.
-
-    A socket timeout alone bounds each read, not the download: a server sending one byte a
-    second never trips it. So every read is a single ``read1`` (one receive, not "fill the
-    buffer"), the socket's timeout is cut to the time left before each, and the deadline is
-    checked after each. With `bar_name`, a tqdm bar of that name shows the bytes on stderr.
-    """
-    with urllib.request.urlopen(request, timeout=deadline.left()) as response:
-        sock = getattr(getattr(response.fp, "raw", None), "_sock", None)  # CPython's SocketIO
-        with _progress_bar(bar_name, response.headers.get("Content-Length")) as bar:
-            while True:
-                left = deadline.left()
-                if sock is not None:
-                    sock.settimeout(left)
-                chunk = response.read1(1 << 16)
-                if not chunk:
-                    break
-                h.update(chunk)
-                out.write(chunk)
-                bar.update(len(chunk))
-    deadline.left()
-
-
-def _progress_bar(name: str | None, length: str | None) -> Any:
-    """A tqdm bar in bytes on stderr, or a disabled one (no output) when `name` is None.
-
-    `length` is the response's Content-Length, when the server sent one.
-    """
-    from tqdm import tqdm
-
-    total = int(length) if length and length.isdigit() else None
-    return tqdm(total=total, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
-                file=sys.stderr, disable=name is None)
 
 
 def _stderr_is_terminal() -> bool:
@@ -372,10 +294,14 @@ def _stderr_is_terminal() -> bool:
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
+
+
 # ---------------------------------------------------------------------------------- tokenizer
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2):
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2
+) -> Tokenizer:
     """Learn a joint byte-level BPE vocabulary over source and target text (paper section 5.1).
 
     One vocabulary for both languages, as in the paper's "shared source-target vocabulary"
@@ -440,7 +366,7 @@ def save_tokenizer(tok, path: str | Path) -> Path:
     return path
 
 
-def load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path) -> Tokenizer:
     """Read a tokenizer written by ``save_tokenizer`` and check its special-token ids."""
     from tokenizers import Tokenizer
 
@@ -478,12 +404,6 @@ def decode_ids(tok, ids: Sequence[int] | torch.Tensor) -> str:
     return tok.decode(list(ids), skip_special_tokens=True)
 
 
-# The names before issue 14 (`transformer_lib.decode` read like the model's decoder). Not
-# exported; kept until chapter 8 and tools/multi30k_report.py use the new names.
-encode = encode_text
-decode = decode_ids
-
-
 def pieces(tok, text: str) -> list[str]:
     """The subwords of `text` as readable strings, ``▁`` marking a preceding space.
 
@@ -508,8 +428,6 @@ def encode_pairs(
     pairs: Sequence[tuple[str, str]],
     tok,
     drop_longer_than: int | None = None,
-    *,
-    max_len: int | None = None,
 ) -> list[tuple[list[int], list[int]]]:
     """Tokenize sentence pairs into examples ``(source ids, target ids)`` without special tokens.
 
@@ -519,12 +437,7 @@ def encode_pairs(
         drop_longer_than: if given, pairs with more subwords than this on either side are
             DROPPED (for training; truncating would teach the model to stop mid-sentence), so
             the result no longer lines up with `pairs`. Leave it ``None`` for evaluation.
-        max_len: the old name of `drop_longer_than` (kept for existing callers).
     """
-    if max_len is not None:
-        if drop_longer_than is not None:
-            raise ValueError("give drop_longer_than or its old name max_len, not both")
-        drop_longer_than = max_len
     limit = drop_longer_than
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"drop_longer_than must be None or an integer >= 1, got {limit!r}")

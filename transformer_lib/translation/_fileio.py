@@ -1,11 +1,12 @@
-"""Durable files and lock files, shared by `data` and `checkpoint` (hand-written, private).
+"""Durable files, lock files and the atomic directory swap (hand-written, private).
 
 Two kinds of failure shape this module. A crash (power cut, SIGKILL) between writing a file and
 renaming it into place must never leave a half-written file under the real name: hence
-``write_durably`` and ``fsync_dir``. Two processes writing the same place at once must not
-interleave their files: hence ``FileLock``, a lock file created with ``O_CREAT | O_EXCL`` (one
-atomic operation on every operating system and on network file systems), holding the pid and
-host of its owner so that a lock left behind by a dead process can be recognised.
+``write_durably`` and ``fsync_dir``, and for a whole directory (a checkpoint) ``replace_dir``.
+Two processes writing the same place at once must not interleave their files: hence
+``FileLock``, a lock file created with ``O_CREAT | O_EXCL`` (one atomic operation on every
+operating system and on network file systems), holding the pid and host of its owner so that a
+lock left behind by a dead process can be recognised.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-__all__: list[str] = []  # private: imported by name from transformer_lib.data and .checkpoint
+__all__: list[str] = []  # private: imported by name from the translation modules
 
 
 def sha256_file(path: Path) -> str:
@@ -173,3 +176,95 @@ class FileLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+# --------------------------------------------------------------------------- directory swap
+# Next to a directory `<name>` replaced by replace_dir, only while a swap runs (or after a
+# crash during one):
+#   .<name>.tmp-<pid>-<host>-<random>   being written by process <pid> on host <host>
+#   .<name>.old-<random>                the previous version, between the two renames of a swap
+#   .<name>.lock                        held during the swap, so concurrent writers take turns
+SWAP_WAIT = 120.0  # seconds to wait for another process's swap of the same directory
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(this_host().encode("utf-8")).hexdigest()[:8]
+
+
+def tmp_prefix(path: Path, pid: int) -> str:
+    """Name prefix of the temporary directories that process `pid` fills to replace `path`."""
+    return f".{path.name}.tmp-{pid}-{_host_tag()}-"
+
+
+def new_tmp_dir(path: Path) -> Path:
+    """An empty directory next to `path`, to fill and then ``replace_dir`` into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=path.parent, prefix=tmp_prefix(path, os.getpid())))
+
+
+def _swap_lock(path: Path, what: str) -> FileLock:
+    return FileLock(path.parent / f".{path.name}.lock", what=what, wait=SWAP_WAIT)
+
+
+def replace_dir(tmp: Path, path: Path, *, what: str) -> None:
+    """Rename the filled directory `tmp` to `path`, atomically replacing any older `path`.
+
+    The old version is renamed away first, the new one renamed into place, and the old one
+    deleted. A failure between the two renames puts the old one back; a kill there is repaired
+    by ``recover_dir``. Replacements of one path take turns (a lock file next to it, `what`
+    names it in errors), and each deletes what killed replacements of that path left.
+    """
+    with _swap_lock(path, what):
+        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
+        had_old = path.exists()
+        if had_old:
+            os.rename(path, old)
+        try:
+            os.rename(tmp, path)
+        except BaseException:
+            if had_old:
+                os.rename(old, path)  # put the previous version back
+            raise
+        fsync_dir(path.parent)
+        if had_old:
+            shutil.rmtree(old, ignore_errors=True)
+        _remove_debris(path)
+
+
+def _remove_debris(path: Path) -> None:
+    """Delete what killed replacements of `path` left behind (called holding the swap lock).
+
+    Any ``.old-*`` is a replaced version (`path` exists again). A ``.tmp-*`` is deleted only
+    when its writer ran on this host and has exited, since another process may be filling
+    its own right now; one named without a pid (older versions) when untouched for an hour.
+    """
+    for old in path.parent.glob(f".{path.name}.old-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    for tmp in path.parent.glob(f".{path.name}.tmp-*"):
+        parts = tmp.name[len(f".{path.name}.tmp-") :].split("-")
+        if len(parts) == 3 and parts[0].isdigit():
+            abandoned = parts[1] == _host_tag() and not process_alive(int(parts[0]))
+        else:
+            abandoned = time.time() - tmp.stat().st_mtime > 3600
+        if abandoned:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def recover_dir(path: Path, complete: str, *, what: str) -> bool:
+    """Finish a swap that a crash interrupted; return whether `path` is now a directory.
+
+    A replacement killed between its two renames leaves no `path`, only the previous version
+    as ``.<name>.old-*`` (complete, with its file `complete`: it was the real one until the
+    first rename). The newest such is renamed back.
+    """
+    if path.is_dir() or not path.parent.is_dir():
+        return path.is_dir()
+    if not any(path.parent.glob(f".{path.name}.old-*")):
+        return False
+    with _swap_lock(path, what):
+        olds = [p for p in path.parent.glob(f".{path.name}.old-*") if (p / complete).is_file()]
+        if not path.exists() and olds:
+            newest = max(olds, key=lambda p: (p / complete).stat().st_mtime_ns)
+            os.rename(newest, path)
+            fsync_dir(path.parent)
+    return path.is_dir()

@@ -1,6 +1,7 @@
-"""Checkpoints as directories of safetensors + JSON: atomic, verified, and free of pickle.
+"""Checkpoints as directories of safetensors + JSON: atomic, verified, no pickle (hand-written).
 
-Hand-written (not exported from a chapter): the training loop and the command line use it.
+The training loop and the command line use it. The tensor codec is ``_codec``; the atomic
+directory swap, ``_fileio.replace_dir``.
 
 A checkpoint is a directory::
 
@@ -8,6 +9,7 @@ A checkpoint is a directory::
     config.json          the caller's config dict, human-readable
     tokenizer.json       the tokenizer, if one was given
     trainer.safetensors  tensors of the optimizer, scheduler, RNG, train state and extra
+                         (the RNG: one state per process of the run that saved it)
     trainer.json         everything else about them, tensors replaced by references
     manifest.json        format version and the SHA-256 and size of every other file
 
@@ -19,14 +21,10 @@ through safetensors, everything else through JSON. The paper averages the last 5
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
 import shutil
-import tempfile
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,12 +33,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from transformer_lib._fileio import (
-    FileLock,
+from transformer_lib.translation._codec import (
+    decode_tree,
+    dedupe_tensors,
+    encode_tree,
+    redirect_refs,
+    tensor_refs,
+)
+from transformer_lib.translation._fileio import (
     fsync_dir,
-    process_alive,
+    new_tmp_dir,
+    recover_dir,
+    replace_dir,
     sha256_file,
-    this_host,
     write_durably,
 )
 
@@ -53,17 +58,10 @@ __all__ = [
     "recover_checkpoint",
 ]
 
-_FORMAT = "transformer_lib.checkpoint"
+_FORMAT = "transformer_lib.checkpoint"  # the manifests' format name (the module's old path)
 _VERSION = 1
 _MODEL, _CONFIG, _TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 _TRAINER_T, _TRAINER_J, _MANIFEST = "trainer.safetensors", "trainer.json", "manifest.json"
-# Next to a checkpoint `<name>`, only while a save runs (or after a crash during one):
-#   .<name>.tmp-<pid>-<host>-<random>   being written by process <pid> on host <host>
-#   .<name>.old-<random>                the previous version, between the two renames of a swap
-#   .<name>.lock                        held during the swap, so concurrent saves take turns
-_SWAP_WAIT = 120.0  # seconds to wait for another process's swap of the same checkpoint
-# A JSON object with one of these keys stands for a value JSON has no type for.
-_MARKERS = ("__tensor__", "__ndarray__", "__tuple__", "__items__")
 
 
 # ---------------------------------------------------------------------------------- RNG
@@ -108,97 +106,7 @@ def _as_tuples(x: Any) -> Any:
     return tuple(_as_tuples(v) for v in x) if isinstance(x, list) else x
 
 
-# ---------------------------------------------------------------------------------- tensors
-
-
-def _dedupe(named: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Split tensors into unique ones and aliases ``{alias: canonical name}``.
-
-    safetensors refuses tensors that share memory. Tied weights (the same tensor under two
-    names, e.g. the embedding and the output projection, paper section 3.4) are stored once
-    and recorded as an alias. Tensors that overlap without being the same view are copied.
-    """
-    unique: dict[str, torch.Tensor] = {}
-    aliases: dict[str, str] = {}
-    seen: dict[tuple, str] = {}
-    storages: set[int] = set()
-    for name, t in named.items():
-        t = t.detach()
-        if t.numel() == 0:
-            unique[name] = t.cpu().contiguous()
-            continue
-        ptr = t.untyped_storage().data_ptr()
-        view = (t.device, ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
-        if view in seen:
-            aliases[name] = seen[view]
-            continue
-        seen[view] = name
-        shared = ptr in storages
-        storages.add(ptr)
-        # .contiguous() copies only non-contiguous tensors; clone() breaks partial overlaps.
-        t = t.contiguous() if not shared else t.clone(memory_format=torch.contiguous_format)
-        unique[name] = t.cpu()
-    return unique, aliases
-
-
-def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
-    """`obj` as JSON, each tensor/array replaced by a reference to `tensors[path]`."""
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, (torch.Tensor, np.ndarray)):
-        if isinstance(obj, np.ndarray) and obj.dtype == object:
-            raise TypeError(f"cannot store the object array at {path!r} without pickle")
-        key = path
-        while key in tensors:  # "a/b" can arise twice, from {"a/b": ..} and {"a": {"b": ..}}
-            key += "'"
-        if isinstance(obj, torch.Tensor):
-            tensors[key] = obj
-            return {"__tensor__": key}
-        tensors[key] = torch.from_numpy(np.ascontiguousarray(obj))
-        return {"__ndarray__": key}
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, tuple):
-        return {"__tuple__": [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(obj)]}
-    if isinstance(obj, list):
-        return [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(obj)]
-    if isinstance(obj, Mapping):
-        if all(isinstance(k, str) for k in obj) and not any(k in _MARKERS for k in obj):
-            return {k: _encode(v, f"{path}/{k}", tensors) for k, v in obj.items()}
-        # Non-string keys (the optimizer's parameter ids) keep their type as explicit items.
-        return {
-            "__items__": [
-                [_encode(k, f"{path}/{i}k", tensors), _encode(v, f"{path}/{k}", tensors)]
-                for i, (k, v) in enumerate(obj.items())
-            ]
-        }
-    raise TypeError(
-        f"cannot store {type(obj).__name__} at {path!r} in a checkpoint: only JSON values, "
-        "tuples, dicts, tensors and NumPy arrays are supported (nothing is pickled)"
-    )
-
-
-def _decode(obj: Any, tensors: Mapping[str, torch.Tensor], where: str) -> Any:
-    """Inverse of ``_encode``; `where` names the file for error messages."""
-    if isinstance(obj, list):
-        return [_decode(v, tensors, where) for v in obj]
-    if not isinstance(obj, dict):
-        return obj
-    if len(obj) == 1 and next(iter(obj)) in _MARKERS:
-        kind, value = next(iter(obj.items()))
-        if kind == "__tuple__":
-            return tuple(_decode(v, tensors, where) for v in value)
-        if kind == "__items__":
-            return {_decode(k, tensors, where): _decode(v, tensors, where) for k, v in value}
-        if not isinstance(value, str) or value not in tensors:
-            raise ValueError(f"{where} refers to tensor {value!r}, which is not stored")
-        return tensors[value] if kind == "__tensor__" else tensors[value].numpy()
-    return {k: _decode(v, tensors, where) for k, v in obj.items()}
-
-
 # ---------------------------------------------------------------------------------- writing
-
-
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -225,7 +133,7 @@ def _fill(
         config_text = json.dumps(dict(config), indent=2, allow_nan=True) + "\n"
     except TypeError as e:
         raise TypeError(f"config must be a JSON-serializable dict: {e}") from e
-    weights, aliases = _dedupe(model.state_dict())
+    weights, aliases = dedupe_tensors(model.state_dict())
     _write_tensors(tmp / _MODEL, weights, {"format": "pt", "aliases": json.dumps(aliases)})
     write_durably(tmp / _CONFIG, config_text.encode("utf-8"))
     if tokenizer is not None:
@@ -235,9 +143,9 @@ def _fill(
             write_durably(tmp / _TOKENIZER, Path(tokenizer).read_bytes())
     if trainer:
         raw: dict[str, torch.Tensor] = {}
-        tree = {k: _encode(v, k, raw) for k, v in trainer.items()}
-        unique, aliases = _dedupe(raw)
-        tree = _redirect(tree, aliases)
+        tree = {k: encode_tree(v, k, raw) for k, v in trainer.items()}
+        unique, aliases = dedupe_tensors(raw)
+        tree = redirect_refs(tree, aliases)
         _write_tensors(tmp / _TRAINER_T, unique, {"format": "pt"})
         _write_json(tmp / _TRAINER_J, tree)
     files = sorted(p.name for p in tmp.iterdir())
@@ -255,18 +163,6 @@ def _fill(
     fsync_dir(tmp)
 
 
-def _redirect(tree: Any, aliases: Mapping[str, str]) -> Any:
-    """Point references to aliased tensors at the stored copy."""
-    if isinstance(tree, list):
-        return [_redirect(v, aliases) for v in tree]
-    if isinstance(tree, dict):
-        if len(tree) == 1 and next(iter(tree)) in ("__tensor__", "__ndarray__"):
-            kind, ref = next(iter(tree.items()))
-            return {kind: aliases.get(ref, ref)}
-        return {k: _redirect(v, aliases) for k, v in tree.items()}
-    return tree
-
-
 def save_checkpoint(
     path: str | Path,
     model: nn.Module,
@@ -277,7 +173,7 @@ def save_checkpoint(
     train_state: Mapping[str, Any] | None = None,
     tokenizer: Any = None,
     extra: Mapping[str, Any] | None = None,
-    rng: bool = True,
+    rng: bool | Sequence[Mapping[str, Any]] = True,
 ) -> Path:
     """Write a checkpoint directory at `path`, atomically replacing any older one.
 
@@ -296,7 +192,9 @@ def save_checkpoint(
         train_state: counters such as epoch and step (JSON values, tuples, tensors, arrays).
         tokenizer: a ``tokenizers.Tokenizer`` or the path of a ``tokenizer.json`` to copy.
         extra: anything else of the same kinds as `train_state`.
-        rng: also record ``capture_rng_state()``, so a resumed run draws the same numbers.
+        rng: also record the random generators' state, so a resumed run draws the same
+            numbers: True, this process's (``capture_rng_state()``); a sequence, one state per
+            process of a distributed run, in rank order; False, none.
 
     Returns `path`.
     """
@@ -309,69 +207,24 @@ def save_checkpoint(
         ("scheduler", scheduler.state_dict() if scheduler is not None else None),
         ("train_state", train_state),
         ("extra", extra),
-        ("rng", capture_rng_state() if rng else None),
+        ("rng", _rng_states(rng)),
     ):
         if value is not None:
             trainer[key] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=_tmp_prefix(path, os.getpid())))
+    tmp = new_tmp_dir(path)
     try:
         _fill(tmp, model, config, trainer, tokenizer)
-        with _swap_lock(path):
-            _swap_into_place(tmp, path)
-            _remove_debris(path)
+        replace_dir(tmp, path, what=f"checkpoint {path}")
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 
-def _host_tag() -> str:
-    return hashlib.sha256(this_host().encode("utf-8")).hexdigest()[:8]
-
-
-def _tmp_prefix(path: Path, pid: int) -> str:
-    return f".{path.name}.tmp-{pid}-{_host_tag()}-"
-
-
-def _swap_lock(path: Path) -> FileLock:
-    return FileLock(path.parent / f".{path.name}.lock", what=f"checkpoint {path}", wait=_SWAP_WAIT)
-
-
-def _swap_into_place(tmp: Path, path: Path) -> None:
-    """Rename `tmp` to `path`; an existing `path` is renamed away first and deleted after."""
-    old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
-    had_old = path.exists()
-    if had_old:
-        os.rename(path, old)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        if had_old:
-            os.rename(old, path)  # put the previous checkpoint back
-        raise
-    fsync_dir(path.parent)
-    if had_old:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _remove_debris(path: Path) -> None:
-    """Delete what killed saves of `path` left behind (called holding the swap lock).
-
-    Any ``.old-*`` is a replaced version (`path` exists again). A ``.tmp-*`` is deleted only
-    when its writer ran on this host and has exited, since another process may be filling
-    its own right now; one named without a pid (older versions) when untouched for an hour.
-    """
-    for old in path.parent.glob(f".{path.name}.old-*"):
-        shutil.rmtree(old, ignore_errors=True)
-    for tmp in path.parent.glob(f".{path.name}.tmp-*"):
-        parts = tmp.name[len(f".{path.name}.tmp-") :].split("-")
-        if len(parts) == 3 and parts[0].isdigit():
-            abandoned = parts[1] == _host_tag() and not process_alive(int(parts[0]))
-        else:
-            abandoned = time.time() - tmp.stat().st_mtime > 3600
-        if abandoned:
-            shutil.rmtree(tmp, ignore_errors=True)
+def _rng_states(rng: bool | Sequence[Mapping[str, Any]]) -> list[Any] | None:
+    if rng is True:
+        return [capture_rng_state()]
+    return list(rng) if rng else None
 
 
 def recover_checkpoint(path: str | Path) -> bool:
@@ -382,17 +235,7 @@ def recover_checkpoint(path: str | Path) -> bool:
     back. ``load_checkpoint`` calls this, so loading and resuming find it.
     """
     path = Path(path)
-    if path.is_dir() or not path.parent.is_dir():
-        return path.is_dir()
-    if not any(path.parent.glob(f".{path.name}.old-*")):
-        return False
-    with _swap_lock(path):
-        olds = [p for p in path.parent.glob(f".{path.name}.old-*") if (p / _MANIFEST).is_file()]
-        if not path.exists() and olds:
-            newest = max(olds, key=lambda p: (p / _MANIFEST).stat().st_mtime_ns)
-            os.rename(newest, path)
-            fsync_dir(path.parent)
-    return path.is_dir()
+    return recover_dir(path, _MANIFEST, what=f"checkpoint {path}")
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -510,12 +353,13 @@ def load_checkpoint(
         model: if given, receives the weights (names and shapes must match exactly).
         optimizer, scheduler: if given, receive their saved states (an error if none was saved).
         map_location: device for the returned tensors (the model keeps its own device).
-        restore_rng: set the random generators to their state at saving time.
+        restore_rng: set the random generators to their state at saving time (of rank 0,
+            when several processes saved theirs).
         verify: check file checksums.
 
-    Returns a dict with ``config``, ``train_state``, ``extra``, ``rng`` (``None`` when not
-    saved), ``tokenizer`` (path of ``tokenizer.json``, checked like every other file, or
-    ``None``) and ``path``.
+    Returns a dict with ``config``, ``train_state``, ``extra``, ``rng`` (a list of states,
+    one per process that saved, rank 0 first; ``None`` when not saved), ``tokenizer`` (path
+    of ``tokenizer.json``, checked like every other file, or ``None``) and ``path``.
     """
     path = Path(path)
     manifest = _read_manifest(path)
@@ -530,20 +374,23 @@ def load_checkpoint(
             raise ValueError(f"{path / _TRAINER_J} must hold a JSON object")
         # The optimizer's tensors (twice the model's size for Adam) are read only when needed.
         wanted = [k for k in tree if k != "optimizer" or optimizer is not None]
-        refs = _references({k: tree[k] for k in wanted})
+        refs = tensor_refs({k: tree[k] for k in wanted})
         tensors_file = _check_file(path / _TRAINER_T, manifest, verify)
         tensors, _ = _read_tensors(tensors_file, device, refs)
-        trainer = {k: _decode(tree[k], tensors, str(path / _TRAINER_J)) for k in wanted}
+        trainer = {k: decode_tree(tree[k], tensors, str(path / _TRAINER_J)) for k in wanted}
     for name, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
         if obj is None:
             continue
         if name not in trainer:
             raise ValueError(f"checkpoint {path} holds no {name} state to load")
         obj.load_state_dict(trainer[name])
+    rng = trainer.get("rng")
+    if isinstance(rng, dict):  # saved before one state per process: this process's alone
+        rng = [rng]
     if restore_rng:
-        if "rng" not in trainer:
+        if not rng:
             raise ValueError(f"checkpoint {path} holds no RNG state (saved with rng=False)")
-        restore_rng_state(trainer["rng"])
+        restore_rng_state(rng[0])
     tokenizer = None
     if _TOKENIZER in manifest.get("files", {}):
         tokenizer = _check_file(path / _TOKENIZER, manifest, verify)
@@ -551,24 +398,10 @@ def load_checkpoint(
         "config": config,
         "train_state": trainer.get("train_state"),
         "extra": trainer.get("extra"),
-        "rng": trainer.get("rng"),
+        "rng": rng,
         "tokenizer": tokenizer,
         "path": path,
     }
-
-
-def _references(tree: Any) -> list[str]:
-    """Names of the tensors a JSON tree refers to."""
-    out: list[str] = []
-    if isinstance(tree, list):
-        for v in tree:
-            out += _references(v)
-    elif isinstance(tree, dict):
-        if len(tree) == 1 and next(iter(tree)) in ("__tensor__", "__ndarray__"):
-            return [str(next(iter(tree.values())))]
-        for v in tree.values():
-            out += _references(v)
-    return out
 
 
 def average_checkpoints(

@@ -1,0 +1,91 @@
+"""Several processes training one model (`torchrun`), and the device of this one (hand-written).
+
+Started by ``torchrun --nproc_per_node=P``, every process runs the same training loop on every
+P-th micro-batch; ``DistributedDataParallel`` averages their gradients. Started plainly, the
+helpers below see one process of rank 0 and do nothing extra.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["default_device", "rank_and_world", "join_process_group", "leave_process_group",
+           "barrier", "all_sum", "all_gather", "on_rank0_then_share"]
+
+
+def default_device() -> torch.device:
+    """This process's GPU (``LOCAL_RANK`` under torchrun) when there is one, else the CPU."""
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(this process's rank, number of processes); (0, 1) outside a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def join_process_group(device: torch.device) -> bool:
+    """Join the process group when started by torchrun (WORLD_SIZE > 1); True if joined here."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return False
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return True
+
+
+def leave_process_group() -> None:
+    """Wait for every process, then leave the group ``join_process_group`` joined."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def barrier() -> None:
+    """Wait until every process gets here (nothing to wait for outside a process group)."""
+    if rank_and_world()[1] > 1:
+        dist.barrier()
+
+
+def all_sum(x: float, device: torch.device) -> float:
+    """The sum of `x` over all processes (float64, so token counts stay exact)."""
+    if rank_and_world()[1] == 1:
+        return float(x)
+    t = torch.tensor([float(x)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def all_gather(obj: Any) -> list[Any]:
+    """Every process's `obj`, in rank order (a one-element list outside a process group)."""
+    world = rank_and_world()[1]
+    if world == 1:
+        return [obj]
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def on_rank0_then_share(work: Callable[[], Any], rank: int, world: int) -> Any:
+    """Run `work` on rank 0; every rank raises if it failed (so none waits at a barrier)."""
+    result, error = None, None
+    if rank == 0:
+        try:
+            result = work()
+        except Exception as e:  # noqa: BLE001 - re-raised below, on every rank
+            error = e
+    if world > 1:
+        box = [None if error is None else f"{type(error).__name__}: {error}"]
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is not None and error is None:
+            raise RuntimeError(f"rank 0 could not start the run: {box[0]}")
+    if error is not None:
+        raise error
+    return result

@@ -1,0 +1,423 @@
+"""Load a trained translation model, translate with it, and score it (hand-written).
+
+``load_model`` reads a checkpoint directory (the config checked and the model sized before
+anything is built); ``translate_sentences`` decodes with chapter 7's greedy search or beam
+search; ``translate_and_score`` is the one place that translates sentence pairs and scores them
+with sacreBLEU — the training loop's validation BLEU, ``evaluate``, the command line and the
+tools all call it. ``validation_loss`` scores with chapter 6's ``real_token_loss``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from transformer_lib.decoding import beam_search, greedy_decode
+from transformer_lib.masks import subsequent_mask
+from transformer_lib.multihead import MultiHeadedAttention
+from transformer_lib.positional import LearnedPositionalEmbedding
+from transformer_lib.training import Batch, LabelSmoothing, real_token_loss
+from transformer_lib.translation.checkpoint import load_checkpoint
+from transformer_lib.translation.config import (
+    MAX_PARAMS,
+    Config,
+    config_from_saved,
+    parameter_count,
+)
+from transformer_lib.translation.data import (
+    BOS,
+    EOS,
+    PAD,
+    collate,
+    decode_ids,
+    encode_text,
+    id_pieces,
+    load_multi30k,
+    load_tokenizer,
+    make_batches,
+)
+from transformer_lib.translation.distributed import default_device
+from transformer_lib.translation.precision import autocast, resolve_precision
+
+__all__ = [
+    "load_model",
+    "translate_sentences",
+    "source_length_limit",
+    "bleu",
+    "bleu_signature",
+    "translate_and_score",
+    "evaluate",
+    "translate",
+    "validation_loss",
+    "attention_maps",
+]
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def load_model(
+    path: str | Path,
+    device: torch.device | None = None,
+    *,
+    max_params: int = MAX_PARAMS,
+    verify: bool = True,
+) -> tuple[nn.Module, Any, Config]:
+    """Load a checkpoint directory: (model in eval mode, tokenizer, Config).
+
+    The config is checked and the model's size computed from it before anything is built: a
+    config describing more than `max_params` parameters is refused (a checkpoint is input;
+    raise the limit for a model you trust to be that large). Non-finite weights (a diverged
+    run) are refused too. `verify`: check every file against the manifest's SHA-256.
+    """
+    device = device or default_device()
+    path = Path(path)
+    info = load_checkpoint(path, None, verify=verify)
+    cfg = config_from_saved(info["config"], path)
+    if info["tokenizer"] is None:
+        raise ValueError(f"checkpoint {path} holds no tokenizer.json; it cannot translate")
+    tok = load_tokenizer(info["tokenizer"])
+    n = parameter_count(cfg, tok.get_vocab_size())
+    if n > max_params:
+        raise ValueError(
+            f"checkpoint {path}: its config describes a model of {n:,} parameters, more than "
+            f"max_params={max_params:,}; pass a larger max_params if you trust it"
+        )
+    model = cfg.build_model(tok.get_vocab_size())
+    load_checkpoint(path, model, map_location=device, verify=verify)
+    bad = [n for n, t in model.state_dict().items()
+           if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise ValueError(f"checkpoint {path}: weights {bad[:3]} are not finite (NaN or inf); "
+                         "the run that saved them diverged")
+    return model.to(device).eval(), tok, cfg
+
+
+# --------------------------------------------------------------------------- translating
+
+
+def source_length_limit(model: nn.Module, max_input_len: int | None) -> int | None:
+    """Most subwords a source may have: `max_input_len`, and what a learned table holds."""
+    tables = [m.max_len for m in model.modules() if isinstance(m, LearnedPositionalEmbedding)]
+    limits = [max_input_len] if max_input_len is not None else []
+    limits += [t - 1 for t in tables]  # the source's end symbol takes a position too
+    return min(limits) if limits else None
+
+
+def _output_limit(model: nn.Module) -> int | None:
+    tables = [m.max_len for m in model.modules() if isinstance(m, LearnedPositionalEmbedding)]
+    return min(tables) if tables else None
+
+
+def _check_translate_args(beam_size: Any, batch_size: Any, max_input_len: Any) -> None:
+    for name, value, optional in (("beam_size", beam_size, False),
+                                  ("batch_size", batch_size, False),
+                                  ("max_input_len", max_input_len, True)):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        if not (ok or (optional and value is None)):
+            raise ValueError(f"{name} must be {'None or ' if optional else ''}an integer >= 1, "
+                             f"got {value!r}")
+
+
+@torch.no_grad()
+def translate_sentences(
+    model: nn.Module,
+    tok: Any,
+    sentences: Sequence[str],
+    *,
+    beam_size: int = 1,
+    length_penalty: float = 0.6,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    precision: str = "auto",
+    max_input_len: int | None = 256,
+    batch_size: int = 64,
+    on_too_long: Callable[[int, int, int], None] | None = None,
+) -> list[str]:
+    """Translate untokenized sentences; greedy (KV cache) when beam_size == 1, else beam search.
+
+    Args:
+        model, tok: from ``load_model`` (the model's device is used).
+        sentences: untokenized source sentences.
+        beam_size: 1 for greedy decoding. length_penalty: beam search's alpha.
+        max_len_a, max_len_b: a translation has at most ``a * source length + b`` subwords
+            (and never more than a learned position table holds).
+        precision: "fp32", "bf16" autocast, or "auto": bf16 where the model's device has it
+            natively, else fp32 (``resolve_precision``), whatever the model was trained in.
+        max_input_len: refuse a source of more subwords: decoding time grows with the square
+            of the length, and a model trained on short sentences has nothing useful to say
+            about one of thousands. None: no limit but a learned position table's.
+        batch_size: sentences decoded together (divided by beam_size for beam search).
+        on_too_long: called as ``on_too_long(index, subwords, limit)`` for each refused
+            sentence, whose translation is then ""; None: raise ``ValueError`` naming it.
+    """
+    _check_translate_args(beam_size, batch_size, max_input_len)
+    precision = resolve_precision(precision, _device_of(model))
+    encoded = [encode_text(tok, s) for s in sentences]  # ids + EOS
+    limit = source_length_limit(model, max_input_len)
+    keep = []
+    for i, ids in enumerate(encoded):
+        if limit is None or len(ids) - 1 <= limit:
+            keep.append(i)
+        elif on_too_long is None:
+            raise ValueError(f"sentences[{i}] has {len(ids) - 1} subwords, more than "
+                             f"max_input_len={limit}")
+        else:
+            on_too_long(i, len(ids) - 1, limit)
+    was_training = model.training
+    model.eval()
+    out: list[str] = [""] * len(sentences)
+    per_batch = batch_size if beam_size == 1 else max(1, batch_size // beam_size)
+    for idx in _batched(encoded, keep, per_batch):
+        hyps = _decode_batch(model, [encoded[i] for i in idx], beam_size=beam_size,
+                             length_penalty=length_penalty, max_len_a=max_len_a,
+                             max_len_b=max_len_b, precision=precision)
+        for row, i in enumerate(idx):
+            out[i] = decode_ids(tok, _cut(hyps[row]))
+    model.train(was_training)
+    return out
+
+
+def _decode_batch(model: nn.Module, sources: list[list[int]], *, beam_size: int,
+                  length_penalty: float, max_len_a: float, max_len_b: int,
+                  precision: str) -> list[list[int]]:
+    """Token ids of the best hypothesis for each source (ids + EOS), decoded together."""
+    device, cap = _device_of(model), _output_limit(model)
+    width = max(len(ids) for ids in sources)
+    src = torch.full((len(sources), width), PAD, dtype=torch.long)
+    for row, ids in enumerate(sources):
+        src[row, : len(ids)] = torch.tensor(ids)
+    src = src.to(device)  # (B, S)
+    src_mask = (src != PAD).unsqueeze(-2)  # (B, 1, S)
+    out_len = max(2, int(max_len_a * width + max_len_b))  # <s> counts towards it
+    out_len = min(out_len, cap) if cap is not None else out_len
+    with autocast(precision, device):
+        if beam_size == 1:
+            return greedy_decode(model, src, src_mask, out_len, BOS, EOS).tolist()
+        results = beam_search(model, src, src_mask, out_len, BOS, EOS,
+                              beam_size=beam_size, length_penalty=length_penalty)
+    return [r[0][0].tolist() for r in results]
+
+
+def _batched(items: Sequence, keep: list[int], size: int) -> Iterator[list[int]]:
+    order = sorted(keep, key=lambda i: len(items[i]))  # similar lengths together
+    for i in range(0, len(order), size):
+        yield order[i : i + size]
+
+
+def _cut(ids: list[int]) -> list[int]:
+    """Tokens between the start symbol and the first end symbol."""
+    ids = ids[1:] if ids and ids[0] == BOS else ids
+    return ids[: ids.index(EOS)] if EOS in ids else ids
+
+
+def translate(
+    checkpoint: str | Path,
+    sentences: Sequence[str],
+    beam_size: int | None = None,
+    device: torch.device | None = None,
+    max_input_len: int | None = 256,
+    precision: str = "auto",
+    *,
+    length_penalty: float | None = None,
+    on_too_long: Callable[[int, int, int], None] | None = None,
+) -> list[str]:
+    """Translate sentences with a saved model and the decoding settings of its config.
+
+    `beam_size`, `length_penalty` None: the config's ``beam_size`` and ``length_penalty``.
+    `precision`, `max_input_len`, `on_too_long`: as in ``translate_sentences``; precision
+    "auto" whatever the checkpoint trained in. The command line's ``translate`` is this.
+    """
+    device = device or default_device()
+    resolve_precision(precision, device)  # a bad value fails before the model loads
+    model, tok, cfg = load_model(checkpoint, device)
+    beam_size = cfg.beam_size if beam_size is None else beam_size
+    return translate_sentences(model, tok, sentences, beam_size=beam_size,
+                               max_input_len=max_input_len, precision=precision,
+                               on_too_long=on_too_long, **cfg.decode_kwargs(length_penalty))
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def bleu(hypotheses: Sequence[str], pairs: Sequence[tuple[str, str]]) -> Any:
+    """Corpus sacreBLEU (13a tokenization, cased) of hypotheses against the pairs' targets.
+
+    Returns sacrebleu's ``BLEUScore``; ``bleu_signature()`` names the settings it used.
+    """
+    import sacrebleu
+
+    return sacrebleu.BLEU().corpus_score(list(hypotheses), [[t for _, t in pairs]])
+
+
+def bleu_signature() -> str:
+    """sacreBLEU's signature of ``bleu()``'s settings (one reference, 13a, cased, exp smoothing).
+
+    sacrebleu only knows the number of references after scoring, so the signature is read off
+    a metric with the same settings that has scored one sentence.
+    """
+    import sacrebleu
+
+    metric = sacrebleu.BLEU()
+    metric.corpus_score(["a"], [["a"]])
+    return str(metric.get_signature())
+
+
+def translate_and_score(
+    model: nn.Module,
+    tok: Any,
+    cfg: Config,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    precision: str = "auto",
+) -> dict[str, Any]:
+    """Translate the pairs' sources with `cfg`'s decoding settings; sacreBLEU against targets.
+
+    Every source is translated, however long (``max_input_len`` None): a score over fewer
+    sentences than the test set would be no score of it. `beam_size`, `length_penalty` None:
+    the config's. `precision`: as in ``translate_sentences``. Returns ``beam_size``,
+    ``length_penalty``, ``precision`` (the one that ran), ``device``, ``bleu`` (rounded to
+    two decimals, as sacreBLEU prints it), ``bleu_unrounded``, ``signature``, ``score_line``
+    (sacreBLEU's line), ``sentences``, ``seconds`` and the ``hypotheses``.
+    """
+    beam_size = cfg.beam_size if beam_size is None else beam_size
+    kwargs = cfg.decode_kwargs(length_penalty)
+    device = _device_of(model)
+    used = resolve_precision(precision, device)
+    start = time.perf_counter()
+    hyps = translate_sentences(model, tok, [s for s, _ in pairs], beam_size=beam_size,
+                               max_input_len=None, precision=used, **kwargs)
+    score = bleu(hyps, pairs)
+    return {
+        "beam_size": beam_size,
+        "length_penalty": kwargs["length_penalty"],
+        "precision": used,
+        "device": str(device),
+        "bleu": round(score.score, 2),
+        "bleu_unrounded": score.score,
+        "signature": bleu_signature(),
+        "score_line": str(score),
+        "sentences": len(pairs),
+        "seconds": round(time.perf_counter() - start, 1),
+        "hypotheses": hyps,
+    }
+
+
+def evaluate(
+    checkpoint: str | Path,
+    split: str = "test",
+    beam_size: int | None = None,
+    data_dir: str | None = None,
+    limit: int | None = None,
+    device: torch.device | None = None,
+    length_penalty: float | None = None,
+    precision: str = "auto",
+) -> dict[str, Any]:
+    """sacreBLEU of a checkpoint on a Multi30k split: ``translate_and_score``'s result + split.
+
+    `beam_size`, `length_penalty` None: the checkpoint config's ``beam_size`` and
+    ``length_penalty`` (beam search's alpha). `limit`: the first n pairs. `precision`: as in
+    ``translate_sentences`` (not the checkpoint's); the result names the one that ran.
+    """
+    _check_translate_args(1 if beam_size is None else beam_size, 1, limit)
+    device = device or default_device()
+    resolve_precision(precision, device)  # a bad value fails before the model loads
+    model, tok, cfg = load_model(checkpoint, device)
+    pairs = load_multi30k(split, data_dir or cfg.data_dir, cfg.src_lang, cfg.tgt_lang,
+                          limit=limit)
+    scored = translate_and_score(model, tok, cfg, pairs, beam_size=beam_size,
+                                 length_penalty=length_penalty, precision=precision)
+    return {"split": split, **scored}
+
+
+@torch.no_grad()
+def validation_loss(
+    model: nn.Module,
+    examples: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    max_tokens: int,
+    label_smoothing: float,
+    precision: str = "fp32",
+) -> float:
+    """Label-smoothed loss per target token on `examples` (eval mode, no dropout).
+
+    Args:
+        model: an ``EncoderDecoder``; the batches go to its device.
+        examples: ``(source ids, target ids)`` pairs from ``encode_pairs``.
+        max_tokens: padded tokens per batch (``make_batches``).
+        label_smoothing: epsilon of ``LabelSmoothing`` (the training loss is the reference).
+        precision: "fp32", "bf16" autocast, or "auto" (``resolve_precision``).
+    """
+    device = _device_of(model)
+    precision = resolve_precision(precision, device)
+    was_training = model.training
+    model.eval()
+    criterion = LabelSmoothing(model.generator.proj.out_features, PAD, label_smoothing)
+    total, ntok = 0.0, 0
+    for idx in make_batches(examples, max_tokens, shuffle=False, seed=0):
+        b = Batch(*collate(examples, idx, pad=PAD, device=device), pad=PAD)
+        total += real_token_loss(model, b, criterion, precision=precision).item()
+        ntok += b.ntokens
+    model.train(was_training)
+    return total / max(ntok, 1)
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _rounded(x: Any, digits: int = 4) -> Any:
+    """Round every float of a nested list (attention maps stored as JSON stay small)."""
+    return [_rounded(v, digits) for v in x] if isinstance(x, list) else round(x, digits)
+
+
+@torch.no_grad()
+def attention_maps(
+    model: nn.Module, tok: Any, sentence: str, *, max_len_a: float = 1.5, max_len_b: int = 10
+) -> dict[str, Any]:
+    """Translate `sentence` greedily, then record every attention map of a teacher-forced pass.
+
+    Returns ``source``, ``translation``, the token labels ``source_tokens`` (ids + ``</s>``) and
+    ``target_tokens`` (``<s>`` + output), and ``maps``: for ``"encoder"`` (source x source),
+    ``"decoder"`` (target x target) and ``"cross"`` (target x source) a nested list
+    ``[layer][head][query][key]`` of weights rounded to 4 decimals. `max_len_a`, `max_len_b`:
+    as in ``translate_sentences``. Used by chapter 8's figures.
+    """
+    device = _device_of(model)
+    src_ids = encode_text(tok, sentence)  # ids + EOS
+    src = torch.tensor([src_ids], device=device)
+    src_mask = (src != PAD).unsqueeze(-2)
+    out_len = max(2, int(max_len_a * len(src_ids) + max_len_b))
+    cap = _output_limit(model)
+    out = greedy_decode(model, src, src_mask, min(out_len, cap) if cap else out_len, BOS, EOS)
+    out = out[0].tolist()
+    if EOS in out:
+        out = out[: out.index(EOS) + 1]
+    tgt = torch.tensor([out[:-1] if out[-1] == EOS else out], device=device)  # decoder input
+    mhas = [m for m in model.modules() if isinstance(m, MultiHeadedAttention)]
+    for m in mhas:
+        m.store_attention = True
+    try:
+        model(src, tgt, src_mask, subsequent_mask(tgt.size(1), device=device))
+        maps = {
+            "encoder": [layer.self_attn.attn[0].tolist() for layer in model.encoder.layers],
+            "decoder": [layer.self_attn.attn[0].tolist() for layer in model.decoder.layers],
+            "cross": [layer.src_attn.attn[0].tolist() for layer in model.decoder.layers],
+        }
+    finally:
+        for m in mhas:
+            m.store_attention, m.attn = False, None
+    return {
+        "source": sentence,
+        "source_tokens": id_pieces(tok, src_ids),
+        "target_tokens": id_pieces(tok, tgt[0].tolist()),
+        "translation": tok.decode(out, skip_special_tokens=True),
+        "maps": {k: _rounded(v) for k, v in maps.items()},  # [layer][head][query][key]
+    }
