@@ -22,6 +22,7 @@ from transformer_lib.model import make_model
 from transformer_lib.training import rate
 from transformer_lib.translation import cli, loop, rundir
 from transformer_lib.translation.checkpoint import load_checkpoint
+from transformer_lib.translation.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.toml"
@@ -162,6 +163,13 @@ def test_run_directory_holds_what_a_user_needs(tiny_run):
         assert set(r) >= {"train_loss", "val_loss", "val_bleu", "tokens", "minutes", "step"}
         assert torch.isfinite(torch.tensor([r["train_loss"], r["val_loss"]])).all()
     assert history[1]["train_loss"] < history[0]["train_loss"]
+
+
+def test_a_run_records_which_code_on_which_machine_made_it(tiny_run):
+    record = json.loads((tiny_run / "provenance.json").read_text())
+    assert record["recorded_at"] == "start"
+    assert record["commit"] == provenance()["commit"]  # this checkout's commit (or None)
+    assert record["machine"]["bf16_native"] == provenance()["machine"]["bf16_native"]
 
 
 def test_a_checkpoint_holds_the_rng_once_and_chapter_6s_counters(tiny_run):

@@ -142,12 +142,11 @@ def run_row(name: str, overrides: dict[str, Any], args: argparse.Namespace) -> d
     last = out["history"][-1]
     model, tok, _ = translation.load_model(run_dir / "last", torch.device("cpu"))
     pairs = load_multi30k("val", cfg.data_dir, cfg.src_lang, cfg.tgt_lang)
-    hyps = translation.translate_sentences(model, tok, [s for s, _ in pairs], beam_size=1,
-                                           max_input_len=None, **cfg.decode_kwargs())
+    scored = translation.translate_and_score(model, tok, cfg, pairs, beam_size=1)
     record.update(
         **cross_entropy(run_dir),
         val_loss=round(last["val_loss"], 4),
-        val_bleu=round(translation.bleu(hyps, pairs).score, 2),
+        val_bleu=scored["bleu"],
         train_loss=round(last["train_loss"], 4),
         parameters=count_parameters(model),
         steps=out["steps"],

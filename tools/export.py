@@ -32,8 +32,23 @@ HANDWRITTEN: dict[str, list[str] | None] = {
     "translation.pretrained": None,
     "translation.inference": ["translate_sentences"],
 }
+# What each generated module holds: the first line of its docstring (a reader opening the file
+# learns what it is before which chapter wrote it).
+WHAT = {
+    "attention": "Scaled dot-product attention, the masked softmax and the shared input checks",
+    "masks": "Padding and causal (subsequent) masks",
+    "multihead": "Multi-head attention, with the fused-kernel path",
+    "positional": "Sinusoidal and learned positional encodings",
+    "layers": "Embeddings, layer norm, residual sublayers, feed-forward, encoder and decoder",
+    "model": "The encoder-decoder model and make_model",
+    "training": "Batches, label smoothing, the Noam schedule and the training step",
+    "decoding": "Greedy and beam-search decoding with a key/value cache",
+    "gru": "The GRU encoder-decoder with additive attention: the baseline of chapter 8",
+    "lm": "A decoder-only language model, sampling, and masked-token corruption",
+    "attention_variants": "Grouped-query attention and rotary position embeddings (RoPE)",
+}
 HEADER = (
-    '"""{doc}\n\nGenerated from {sources} by tools/export.py: do not edit.\n'
+    '"""{what} (generated).\n\nWritten from {sources} ({doc})\nby tools/export.py: do not edit. '
     'Edit the chapter and run `make export`."""\n'
 )
 
@@ -106,7 +121,9 @@ def render(modules: dict[str, dict]) -> dict[Path, str]:
         has_future = future in code
         code = code.replace(future, "")
         names = _public_names(code)
-        head = HEADER.format(doc=mod["doc"], sources=", ".join(mod["sources"]))
+        if name not in WHAT:
+            raise SystemExit(f"tools/export.py: add a one-line description of {name!r} to WHAT")
+        head = HEADER.format(what=WHAT[name], doc=mod["doc"], sources=", ".join(mod["sources"]))
         text = head + "\n" + (future + "\n" if has_future else "")
         text += f"__all__ = {names!r}\n\n" + code
         files[PACKAGE / f"{name}.py"] = text

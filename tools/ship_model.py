@@ -180,11 +180,10 @@ def main() -> int:
         ap.error(f"--results {args.results}: {e}; {OUT} left as it was")
     scores = {"beam": 4, "fp32": "not measured", "bf16": "not measured"}
     pairs = load_multi30k("test")
-    sources = [s for s, _ in pairs]
     if args.check_bleu:
         # fp32 compute on both sides: what differs is the weights' storage alone
-        hyps = translation.translate_sentences(model, tok, sources, beam_size=4, precision="fp32")
-        scores["fp32"] = str(translation.bleu(hyps, pairs))
+        scores["fp32"] = translation.translate_and_score(
+            model, tok, cfg, pairs, beam_size=4, precision="fp32")["score_line"]
     half = model.to(torch.bfloat16)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     # Built beside the shipped folder (the same file system, so the swap is two renames).
@@ -197,9 +196,8 @@ def main() -> int:
                              f"{OUT} left as it was")
         if args.check_bleu:
             shipped, tok2, _ = translation.load_model(stage, device)
-            hyps = translation.translate_sentences(shipped, tok2, sources, beam_size=4,
-                                                   precision="fp32")
-            scores["bf16"] = str(translation.bleu(hyps, pairs))
+            scores["bf16"] = translation.translate_and_score(
+                shipped, tok2, cfg, pairs, beam_size=4, precision="fp32")["score_line"]
         (stage / "MODEL_CARD.md").write_text(_card(results, scores, stage), encoding="utf-8")
         replace_dir(stage, OUT, what=f"shipped model {OUT}")  # the one step that touches it
     print(f"wrote {OUT} ({size / 2**20:.1f} MiB)")

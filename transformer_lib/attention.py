@@ -1,7 +1,7 @@
-"""1. Attention
+"""Scaled dot-product attention, the masked softmax and the shared input checks (generated).
 
-Generated from chapters/01_attention.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/01_attention.ipynb (1. Attention)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = ["masked_softmax", "AdditiveAttention", "check_mask", "check_probability", "attention"]
 

@@ -1,7 +1,7 @@
-"""11. What came after
+"""Grouped-query attention and rotary position embeddings (RoPE) (generated).
 
-Generated from chapters/11_what_came_after.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/11_what_came_after.ipynb (11. What came after)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = [
     "GroupedQueryAttention",

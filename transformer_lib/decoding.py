@@ -1,7 +1,7 @@
-"""7. Decoding
+"""Greedy and beam-search decoding with a key/value cache (generated).
 
-Generated from chapters/07_decoding.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/07_decoding.ipynb (7. Decoding)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = ["KVCache", "decode_step", "greedy_decode", "gnmt_length_penalty", "beam_search"]
 

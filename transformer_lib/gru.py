@@ -1,7 +1,7 @@
-"""8. Translating German to English
+"""The GRU encoder-decoder with additive attention: the baseline of chapter 8 (generated).
 
-Generated from chapters/08_translation.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/08_translation.ipynb (8. Translating German to English)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = ["GRUTranslator", "GRUDecoderCache", "make_gru_model"]
 

@@ -1,7 +1,7 @@
-"""5. Layers and the full model
+"""Embeddings, layer norm, residual sublayers, feed-forward, encoder and decoder (generated).
 
-Generated from chapters/05_model.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/05_model.ipynb (5. Layers and the full model)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = [
     "Embeddings",

@@ -1,7 +1,7 @@
-"""2. Masks
+"""Padding and causal (subsequent) masks (generated).
 
-Generated from chapters/02_masks.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/02_masks.ipynb (2. Masks)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = ["padding_mask", "subsequent_mask"]
 

@@ -1,7 +1,7 @@
-"""3. Multi-head attention
+"""Multi-head attention, with the fused-kernel path (generated).
 
-Generated from chapters/03_multihead_attention.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/03_multihead_attention.ipynb (3. Multi-head attention)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = ["fused_attention", "MultiHeadedAttention"]
 

@@ -1,7 +1,7 @@
-"""4. Positional encoding
+"""Sinusoidal and learned positional encodings (generated).
 
-Generated from chapters/04_positional_encoding.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/04_positional_encoding.ipynb (4. Positional encoding)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = ["sinusoidal_positions", "PositionalEncoding", "LearnedPositionalEmbedding"]
 

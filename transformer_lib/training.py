@@ -1,7 +1,7 @@
-"""6. Training
+"""Batches, label smoothing, the Noam schedule and the training step (generated).
 
-Generated from chapters/06_training.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/06_training.ipynb (6. Training)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = [
     "Batch",

@@ -17,6 +17,7 @@ from transformer_lib.translation._fileio import FileLock
 from transformer_lib.translation.checkpoint import load_checkpoint, recover_checkpoint
 from transformer_lib.translation.config import RESUMABLE_CHANGES, Config, config_from_saved
 from transformer_lib.translation.distributed import on_rank0_then_share
+from transformer_lib.translation.provenance import write_provenance
 
 __all__ = ["start_run", "check_run_dir", "check_same_config"]
 
@@ -37,6 +38,8 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, rank: int, world: int) -
             (run_dir / "config.json").write_text(
                 json.dumps(dataclasses.asdict(cfg), indent=2), encoding="utf-8"
             )
+            # which code on which machine made the numbers (tools/multi30k_report.py copies it)
+            write_provenance(run_dir, resume=resume)
         except BaseException:
             lock.release()
             raise
