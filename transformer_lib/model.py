@@ -1,7 +1,7 @@
-"""5. Layers and the full model
+"""The encoder-decoder model and make_model (generated).
 
-Generated from chapters/05_model.ipynb by tools/export.py: do not edit.
-Edit the chapter and run `make export`."""
+Written from chapters/05_model.ipynb (5. Layers and the full model)
+by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = ["EncoderDecoder", "make_model", "count_parameters"]
 
