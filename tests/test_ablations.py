@@ -38,7 +38,8 @@ def test_each_row_changes_only_what_it_says(row):
 
 
 def test_the_committed_results_hold_every_row_with_its_provenance():
-    results = json.loads((ROOT / "results" / "ablations.json").read_text(encoding="utf-8"))
+    path = ROOT / "experiments" / "ablations" / "results.json"
+    results = json.loads(path.read_text(encoding="utf-8"))
     assert results["missing"] == []
     assert [r["row"] for r in results["rows"]] == [r[0] for r in ABL.ROWS]
     for r in results["rows"]:

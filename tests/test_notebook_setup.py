@@ -95,9 +95,9 @@ def test_check_fails_on_a_missing_or_stale_cell(tmp_path, book, capsys):
     assert setup.update(nb, book) and nb["cells"][0]["execution_count"] is None
     nb["cells"][0]["execution_count"] = 1  # the chapter was executed
     # The chapter now reads a result: the cell's file list is out of date.
-    nb["cells"].append(_notebook('open("../results/ablations.json")')["cells"][1])
+    nb["cells"].append(_notebook('open("../results/bench_rnn.json")')["cells"][1])
     assert setup.problems(nb, book) == ["the setup cell's code is out of date"]
-    assert setup.update(nb, book) and "results/ablations.json" in "".join(nb["cells"][0]["source"])
+    assert setup.update(nb, book) and "results/bench_rnn.json" in "".join(nb["cells"][0]["source"])
     # It did nothing before and does nothing now: it keeps its place among executed cells.
     assert nb["cells"][0]["execution_count"] == 1
     # A cell moved down (a cell inserted above it) is not the first cell any more.
@@ -138,15 +138,17 @@ def test_files_are_found_by_path_by_name_and_by_pattern():
         'bench = json.loads(Path("../results/bench_decode.json").read_text())',
         'ROOT = Path.cwd().parent\nrun = read_result("multi30k.json")\n'
         'path = ROOT / "results" / name\n'
-        'runs = [ROOT / "results" / f"ttq_{k}.json" for k in KEYS]',
+        'runs = [ROOT / "results" / f"baseline_{k}.json" for k in KEYS]',
         'cfg = load_config(ROOT / "configs" / "tiny.toml")\nname = f"{x}"',
+        'ttq = ROOT / "experiments/time_to_quality/summary.json"',
     )
     files = setup.chapter_files(nb)
-    ttq = sorted(f"results/{p.name}" for p in (ROOT / "results").glob("ttq_*.json"))
-    assert ttq
+    runs = sorted(f"results/{p.name}" for p in (ROOT / "results").glob("baseline_*.json"))
+    assert runs
     # f"{x}" alone names no file; results/ files named only in prose are not fetched.
     assert set(files) == {"results/bench_decode.json", "results/multi30k.json",
-                          "configs/tiny.toml", *ttq}  # fmt: skip
+                          "configs/tiny.toml", "experiments/time_to_quality/summary.json",
+                          *runs}  # fmt: skip
     assert setup.chapter_files(_notebook("x = 'results'  # no file named")) == []
 
 

@@ -1,7 +1,7 @@
 """Faults of the tools that write committed results (issue 34): each test failed before its fix.
 
 tools/ship_model.py must check everything before it replaces the shipped model (#4);
-tools/ablations.py --collect must not overwrite results/ablations.json with fewer rows (#5),
+tools/ablations.py --collect must not overwrite its results file with fewer rows (#5),
 and a bad --shard is an argparse error; tools/multi30k_report.py checks its inputs before the
 evaluation and copies the run's provenance instead of asking for --commit.
 """
@@ -52,7 +52,7 @@ def tiny_run(tmp_path_factory):
 def ablations(tmp_path, monkeypatch):
     """ablations.py pointed at an empty runs folder and a copy of the committed results."""
     results = tmp_path / "ablations.json"
-    shutil.copyfile(ROOT / "results" / "ablations.json", results)
+    shutil.copyfile(ROOT / "experiments" / "ablations" / "results.json", results)
     monkeypatch.setattr(ABL, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(ABL, "RESULTS", results)
     return results
@@ -60,7 +60,8 @@ def ablations(tmp_path, monkeypatch):
 
 def _finish_row(name: str, **config) -> None:
     """A result.json under RUNS, copied from the committed row."""
-    rows = json.loads((ROOT / "results" / "ablations.json").read_text(encoding="utf-8"))["rows"]
+    path = ROOT / "experiments" / "ablations" / "results.json"
+    rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
     row = next(r for r in rows if r["row"] == name)
     row["config"].update(config)
     (ABL.RUNS / name).mkdir(parents=True)

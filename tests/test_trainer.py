@@ -102,11 +102,13 @@ def test_time_limit_inside_an_epoch_keeps_the_partial_epoch_and_resumes(tmp_path
         assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
 
 
-def test_resume_without_a_checkpoint_starts_fresh(tmp_path):
+def test_resume_without_a_checkpoint_is_refused(tmp_path):
+    # Issue 34: it used to start a new run, passed off as the old one (tests/test_faults_runs.py)
     cfg = translation.load_config(TINY, **OVERRIDES)
-    out = translation.train(dataclasses.replace(cfg, epochs=1), tmp_path, resume=True,
-                            progress=False)
-    assert out["steps"] > 0 and (tmp_path / "last").is_dir()
+    with pytest.raises(FileNotFoundError, match="is empty, so there is nothing to resume"):
+        translation.train(dataclasses.replace(cfg, epochs=1), tmp_path, resume=True,
+                          progress=False)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
@@ -440,54 +442,110 @@ def test_every_committed_config_loads(path):
     assert all(ROOT / name == path for name in named), named
 
 
-def test_time_to_quality_results_are_chosen_on_validation_and_match_their_configs():
-    """results/ttq_*.json (chapter 8): the committed config, its commit, the system it reports."""
-    runs = (("30min_fast", 30, "linear"), ("30min", 30, "linear"),
-            ("30min_cooldown", 30, "noam"), ("60min", 60, "linear"),
-            ("60min_cooldown", 60, "noam"), ("60min_fast", 60, "linear"),
-            ("60min_half_batch", 60, "linear"), ("60min_quarter_batch", 60, "linear"),
-            ("60min_half_batch_high_lr", 60, "linear"),
-            ("60min_quarter_batch_seed2", 60, "linear"),
-            ("60min_quarter_batch_dropout", 60, "linear"),
-            ("60min_half_batch_low_lr", 60, "linear"),
-            ("60min_quarter_batch_low_dropout", 60, "linear"))
-    for name, minutes, schedule in runs:
-        r = json.loads((ROOT / "results" / f"ttq_{name}.json").read_text(encoding="utf-8"))
-        config = ROOT / "configs" / f"multi30k_{name}.toml"
-        assert str(config.relative_to(ROOT)) in r["command"]
-        expected = json.loads(json.dumps(dataclasses.asdict(translation.load_config(config))))
-        default = json.loads(json.dumps(dataclasses.asdict(translation.Config(
-            schedule=r["config"]["schedule"], time_limit_min=minutes))))
-        recorded = dict(r["config"])
-        if recorded.get("fast"):  # saved when fast meant "bf16" (what "auto" is there); now "auto"
-            recorded["precision"] = "auto"
-        # keys added to Config after the run have their defaults in the config file
-        assert {k: expected[k] for k in recorded} == recorded
-        assert all(expected[k] == default[k] for k in expected.keys() - r["config"].keys())
-        assert r["time_limit_minutes"] == minutes and r["config"]["schedule"] == schedule
-        # the reported system won on validation (beam search), not on test
-        sel = r["selection"]
-        assert sel["on"] == "val" and set(sel["bleu"]) == {"best", "averaged", "last"}
-        at_config_alpha = f"{max(sel['bleu'], key=sel['bleu'].get)}_beam{sel['beam_size']}"
-        system, n_scores = at_config_alpha, 6
-        if "length_penalty" in r:  # alpha chosen with the checkpoint, on validation too
-            lp = r["length_penalty"]
-            grid = lp["grid"]  # checkpoint -> alpha (a JSON key) -> validation BLEU
-            assert lp["config"] == r["config"]["length_penalty"]
-            assert {c: g[str(float(lp["config"]))] for c, g in grid.items()} == sel["bleu"]
-            assert grid[lp["checkpoint"]][str(float(lp["chosen"]))] == max(
-                v for g in grid.values() for v in g.values())
-            if lp["chosen"] != lp["config"]:
-                system = f"{lp['checkpoint']}_beam{sel['beam_size']}_alpha{lp['chosen']:g}"
-                n_scores = 9
-        assert r["system"] == system and at_config_alpha in r["scores"]
-        assert r["bleu"] == r["scores"][r["system"]]["bleu"]
-        if "bleu_unrounded" in r:  # recorded since the fifth hour
-            assert round(r["bleu_unrounded"], 2) == r["bleu"]
-        assert len(r["scores"]) == n_scores and r["signature"].startswith("nrefs:1|case:mixed")
-        # training stopped at its limit; the whole command's wall time (data, BPE, the last
-        # validation, averaging) is recorded beside it, as the chapter's table shows
-        assert r["history"][-1]["minutes"] <= minutes + 0.5
-        assert minutes <= r["wall_minutes_total"] <= minutes + 2
-        assert len(r["commit"]) >= 7 and r["commit"] in r["note"]
-        assert all({"minutes", "val_loss", "val_bleu"} <= set(h) for h in r["history"])
+TTQ = ROOT / "experiments" / "time_to_quality"
+TTQ_CONFIGS = sorted((TTQ / "configs").glob("*.toml"))
+
+
+def _listed(path: Path) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("path", TTQ_CONFIGS, ids=lambda p: p.stem)
+def test_an_experiment_config_differs_from_its_parent_in_what_it_lists(path):
+    """experiments/*/configs: `base` resolves, and the run changes exactly the keys it lists
+    (``fast`` also sets the keys of FAST)."""
+    raw = _listed(path)
+    parent = (path.parent / raw.pop("base")).resolve()
+    assert parent.is_file() and raw, "a parent, and at least one change"
+    child = dataclasses.asdict(translation.load_config(path))
+    base = dataclasses.asdict(translation.load_config(parent))
+    changed = {k for k in child if child[k] != base[k]}
+    implied = set(translation.FAST) if "fast" in raw else set()
+    if raw.get("schedule") == "linear":  # with no cooldown, "linear" falls over the budget
+        implied.add("cooldown")
+    assert set(raw) <= changed <= set(raw) | implied
+    assert all(child[k] == v for k, v in raw.items() if not isinstance(v, list))
+
+
+def test_a_missing_or_circular_base_is_a_clear_error(tmp_path):
+    (tmp_path / "a.toml").write_text('base = "b.toml"\nseed = 2\n')
+    (tmp_path / "b.toml").write_text('base = "a.toml"\nseed = 3\n')
+    with pytest.raises(ValueError, match="cycle"):
+        translation.load_config(tmp_path / "a.toml")
+    (tmp_path / "c.toml").write_text('base = "nowhere.toml"\n')
+    with pytest.raises(ValueError, match="nowhere.toml.*does not exist"):
+        translation.load_config(tmp_path / "c.toml")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "d.toml").write_text('base = "../tiny.toml"\nfast = true\n')
+    (tmp_path / "tiny.toml").write_text(TINY.read_text(encoding="utf-8"))
+    cfg = translation.load_config(tmp_path / "runs" / "d.toml")  # relative to the file;
+    # and fast replaces the parent's precision, as an override would
+    assert cfg.fast and cfg.precision == "auto" and cfg.N == 1
+
+
+def test_the_time_to_quality_summary_is_fresh_and_has_a_row_per_run():
+    summarize = _tool(TTQ / "summarize.py")
+    assert summarize.main(["--check"]) == 0, "run experiments/time_to_quality/summarize.py"
+    rows = json.loads((TTQ / "summary.json").read_text(encoding="utf-8"))["rows"]
+    assert sorted(r["run"] for r in rows) == sorted(p.stem for p in TTQ_CONFIGS)
+    assert sorted(p.stem for p in (TTQ / "results").glob("*.json")) == sorted(
+        p.stem for p in TTQ_CONFIGS)
+
+
+def _tool(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", TTQ_CONFIGS, ids=lambda p: p.stem)
+def test_time_to_quality_results_are_chosen_on_validation_and_match_their_configs(path):
+    """experiments/time_to_quality/results: the config, its commit, the system it reports."""
+    name = path.stem
+    r = json.loads((TTQ / "results" / f"{name}.json").read_text(encoding="utf-8"))
+    minutes, schedule = r["time_limit_minutes"], r["config"]["schedule"]
+    # the command recorded names the config where it was then
+    assert f"configs/multi30k_{name}.toml" in r["command"]
+    expected = json.loads(json.dumps(dataclasses.asdict(translation.load_config(path))))
+    default = json.loads(json.dumps(dataclasses.asdict(translation.Config(
+        schedule=schedule, time_limit_min=minutes))))
+    recorded = dict(r["config"])
+    if recorded.get("fast"):  # saved when fast meant "bf16" (what "auto" is there); now "auto"
+        recorded["precision"] = "auto"
+    # keys added to Config after the run have their defaults in the config file
+    assert {k: expected[k] for k in recorded} == recorded
+    assert all(expected[k] == default[k] for k in expected.keys() - r["config"].keys())
+    assert expected["time_limit_min"] == minutes and schedule in ("linear", "noam")
+    # the reported system won on validation (beam search), not on test
+    sel = r["selection"]
+    assert sel["on"] == "val" and set(sel["bleu"]) == {"best", "averaged", "last"}
+    at_config_alpha = f"{max(sel['bleu'], key=sel['bleu'].get)}_beam{sel['beam_size']}"
+    system, n_scores = at_config_alpha, 6
+    if "length_penalty" in r:  # alpha chosen with the checkpoint, on validation too
+        lp = r["length_penalty"]
+        grid = lp["grid"]  # checkpoint -> alpha (a JSON key) -> validation BLEU
+        assert lp["config"] == r["config"]["length_penalty"]
+        assert {c: g[str(float(lp["config"]))] for c, g in grid.items()} == sel["bleu"]
+        assert grid[lp["checkpoint"]][str(float(lp["chosen"]))] == max(
+            v for g in grid.values() for v in g.values())
+        if lp["chosen"] != lp["config"]:
+            system = f"{lp['checkpoint']}_beam{sel['beam_size']}_alpha{lp['chosen']:g}"
+            n_scores = 9
+    assert r["system"] == system and at_config_alpha in r["scores"]
+    assert r["bleu"] == r["scores"][r["system"]]["bleu"]
+    if "bleu_unrounded" in r:  # recorded since the fifth hour
+        assert round(r["bleu_unrounded"], 2) == r["bleu"]
+    assert len(r["scores"]) == n_scores and r["signature"].startswith("nrefs:1|case:mixed")
+    # training stopped at its limit; the whole command's wall time (data, BPE, the last
+    # validation, averaging) is recorded beside it, as the chapter's table shows
+    assert r["history"][-1]["minutes"] <= minutes + 0.5
+    assert minutes <= r["wall_minutes_total"] <= minutes + 2
+    assert len(r["commit"]) >= 7 and r["commit"] in r["note"]
+    assert all({"minutes", "val_loss", "val_bleu"} <= set(h) for h in r["history"])

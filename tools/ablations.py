@@ -3,7 +3,7 @@
     python tools/ablations.py                      # every row not yet done, one after another
     python tools/ablations.py --shard 0/2 --threads 1 & \
     python tools/ablations.py --shard 1/2 --threads 1  # two rows at a time on two cores
-    python tools/ablations.py --collect            # the rows into results/ablations.json
+    python tools/ablations.py --collect   # the rows into experiments/ablations/results.json
 
 Every row trains the chapter-8 model (configs/multi30k_shipped.toml) for the same number of
 optimizer steps (`--steps`; the paper's Table 3 also fixes the steps, 100k), with the same data
@@ -16,7 +16,8 @@ the provenance (commit, local changes, machine, torch: transformer_lib.translati
 the trainer's record of the run when it has one). Runs go to runs/ablations/ROW/; a row whose
 result.json exists is skipped and an interrupted row resumes from its last checkpoint, so the
 command can simply be run again (`--rescore` adds the cross-entropy to rows finished before it
-was recorded). The book's chapter 10 reads results/ablations.json. `--collect` never writes a
+was recorded). The book's chapter 10 reads experiments/ablations/results.json (the record:
+experiments/ablations/README.md). `--collect` never writes a
 table with fewer rows than the committed one (a fresh clone has no finished rows) unless told.
 """
 
@@ -39,7 +40,7 @@ from transformer_lib.translation.provenance import provenance, read_provenance
 ROOT = Path(__file__).resolve().parents[1]
 BASE_CONFIG = ROOT / "configs" / "multi30k_shipped.toml"
 RUNS = ROOT / "runs" / "ablations"
-RESULTS = ROOT / "results" / "ablations.json"
+RESULTS = ROOT / "experiments" / "ablations" / "results.json"
 
 # (name, group, what changes, config overrides). The base model: N=3, d_model=256, d_ff=1024,
 # h=4 (d_k=64), dropout 0.1, label smoothing 0.1, sinusoidal positions, pre-norm, tied embeddings.
@@ -228,7 +229,7 @@ def rescore() -> int:
 
 
 def _committed_rows() -> list[str]:
-    """The row names results/ablations.json holds now (none if it is missing or unreadable)."""
+    """The row names the results file holds now (none if it is missing or unreadable)."""
     try:
         return [r["row"] for r in json.loads(RESULTS.read_text(encoding="utf-8"))["rows"]]
     except (OSError, ValueError, KeyError, TypeError):
@@ -241,7 +242,7 @@ def _refuse(message: str) -> int:
 
 
 def collect(allow_missing: bool = False) -> int:
-    """Write results/ablations.json from the finished rows under runs/ablations/.
+    """Write experiments/ablations/results.json from the finished rows under runs/ablations/.
 
     Refuses (exit 1, the file untouched) when no row has finished here (a fresh clone: the
     committed file is the only copy of hours of training), when rows the file holds now have

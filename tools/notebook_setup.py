@@ -45,8 +45,9 @@ except ImportError:  # Python 3.10: the package depends on tomli there
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
-# The folders of the repository whose files chapters read at run time.
-DATA_DIRS = ("results", "configs")
+# The folders of the repository whose files chapters read at run time (experiments/: one
+# folder per series, e.g. experiments/time_to_quality/summary.json).
+DATA_DIRS = ("results", "configs", "experiments")
 MARKER = "Written by tools/notebook_setup.py"
 CELL_ID = "colab-setup"
 # Colab folds a cell with a `#@title` into its title (cellView "form"); JupyterLab folds the
@@ -166,13 +167,13 @@ def _patterns(code: str) -> list[str]:
 
 
 def chapter_files(nb: dict, root: Path = ROOT) -> list[str]:
-    """The files of results/ and configs/ that the chapter's code may read, as repository paths.
+    """The repository files (results/, configs/, experiments/) the chapter's code may read.
 
     A file counts when a string literal in a code cell names it, as a path
     ("../results/bench_decode.json") or by name in a chapter that refers to its folder
     (ROOT / "results" / name, with name = "ablations.json" elsewhere); an f-string counts as a
-    pattern (f"ttq_{k}.json" -> results/ttq_*.json). An extra file costs a small download; a
-    missing one stops the chapter, so the rule errs on the side of fetching.
+    pattern (f"baseline_{k}.json" -> results/baseline_*.json). An extra file costs a small
+    download; a missing one stops the chapter, so the rule errs on the side of fetching.
     """
     code = "\n".join(
         _source(c) for c in nb["cells"] if c["cell_type"] == "code" and not is_setup_cell(c)
@@ -180,7 +181,8 @@ def chapter_files(nb: dict, root: Path = ROOT) -> list[str]:
     patterns = _patterns(code)
     found: set[str] = set()
     for folder in DATA_DIRS:
-        present = sorted(p.name for p in (root / folder).iterdir() if p.is_file())
+        present = sorted(p.relative_to(root / folder).as_posix()
+                         for p in (root / folder).rglob("*") if p.is_file())
         named = any(p.strip("./") == folder or f"{folder}/" in p for p in patterns)
         for pattern in patterns:
             if f"{folder}/" in pattern:

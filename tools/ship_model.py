@@ -5,9 +5,10 @@
 
 Loads the run's checkpoint (checked against its manifest), stores its weights in bfloat16
 (half the bytes; `--check-bleu` measures that this moves test BLEU by at most 0.1), and writes
-``transformer_lib/pretrained/multi30k_de_en/``: weights, tokenizer, config and manifest in the
-ordinary checkpoint format (so loading verifies every file), plus ``MODEL_CARD.md`` written from
-the results file: data and checksums, command, commit, wall time, machine, scores and signature.
+``transformer_lib/pretrained/multi30k_de_en/``: weights, tokenizer, config, ``MODEL_CARD.md``
+(written from the results file: data and checksums, command, commit, wall time, machine, scores
+and signature) and a manifest of all of them, in the ordinary checkpoint format (so loading
+verifies every file, the card too).
 
 Everything is checked before the shipped model is touched: the results file must describe the
 checkpoint (its reported system is this checkpoint, the same parameter count and model
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import tempfile
 from pathlib import Path
@@ -36,6 +38,7 @@ from transformer_lib.translation.data import load_multi30k
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "transformer_lib" / "pretrained" / "multi30k_de_en"
 SIZE_LIMIT = 20 * 2**20  # the repository ships at most 20 MB of weights
+CARD = "MODEL_CARD.md"  # stored with the checkpoint's files and listed in its manifest
 MODEL_KEYS = ("N", "d_model", "d_ff", "h", "dropout", "norm_first", "share_embeddings",
               "positional", "vocab_size", "label_smoothing", "precision", "epochs")
 # The card's licence section: the weights are the code's licence, the training data has its own
@@ -107,7 +110,7 @@ def _training_lines(r: dict) -> list[str]:
             f"Python {p.get('python')}"]
 
 
-def _card(results: dict, bf16_scores: dict, out: Path) -> str:
+def _card(results: dict, bf16_scores: dict, files: list[str]) -> str:
     r = results
     score = r["scores"][r["system"]]
     commit_line, machine_line = _training_lines(r)
@@ -151,7 +154,7 @@ def _card(results: dict, bf16_scores: dict, out: Path) -> str:
         "## The shipped bfloat16 weights",
         f"- float32 weights, {bf16_scores['beam']}-beam: {bf16_scores['fp32']}",
         f"- bfloat16 weights, same decoding: {bf16_scores['bf16']}",
-        f"- files: {', '.join(sorted(p.name for p in out.iterdir() if p.is_file()))}",
+        f"- files: {', '.join(files)}",
         "",
         "## Limits",
         "- Trained on short, concrete image captions: other text (news, dialogue, long",
@@ -188,8 +191,10 @@ def main() -> int:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     # Built beside the shipped folder (the same file system, so the swap is two renames).
     with tempfile.TemporaryDirectory(dir=OUT.parent, prefix=f".{OUT.name}.ship-") as tmp:
-        stage = save_checkpoint(Path(tmp) / OUT.name, half, dataclasses.asdict(cfg),
-                                tokenizer=tok, rng=False)
+        stage = Path(tmp) / OUT.name
+        save = functools.partial(save_checkpoint, stage, half, dataclasses.asdict(cfg),
+                                 tokenizer=tok, rng=False)
+        save()
         size = sum(p.stat().st_size for p in stage.iterdir())
         if size > SIZE_LIMIT:
             raise SystemExit(f"the new model holds {size:,} bytes, more than {SIZE_LIMIT:,}; "
@@ -198,7 +203,9 @@ def main() -> int:
             shipped, tok2, _ = translation.load_model(stage, device)
             scores["bf16"] = translation.translate_and_score(
                 shipped, tok2, cfg, pairs, beam_size=4, precision="fp32")["score_line"]
-        (stage / "MODEL_CARD.md").write_text(_card(results, scores, stage), encoding="utf-8")
+        # Saved again with the card, which the manifest then lists: load_pretrained checks it.
+        files = sorted([CARD, *(p.name for p in stage.iterdir())])
+        save(documents={CARD: _card(results, scores, files)})
         replace_dir(stage, OUT, what=f"shipped model {OUT}")  # the one step that touches it
     print(f"wrote {OUT} ({size / 2**20:.1f} MiB)")
     print("fp32:", scores["fp32"])

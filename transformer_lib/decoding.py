@@ -392,6 +392,8 @@ def beam_search(
     done = [False] * batch  # per sentence
     first_row = k * torch.arange(batch, device=device)[:, None]  # (batch, 1)
     for t in range(1, max_len):  # t tokens generated after this step
+        if all(done):  # every sentence (at once for an empty batch)
+            break
         log_probs = next_log_probs(ys).view(batch, k, -1)  # (batch, k, vocab)
         vocab = log_probs.size(-1)
         # 1) extend every beam by every token: (batch, k*vocab) candidates;
@@ -413,8 +415,6 @@ def beam_search(
         # 4) done once no live hypothesis can beat the n_best-th finished one
         best_lp = max(lp(t + 1), lp(max_len - 1))  # largest still reachable
         _mark_done(finished, done, scores, n_best, best_lp)
-        if all(done):
-            break
     _add_live(finished, done, scores, ys, lp(ys.size(1) - 1))  # at max_len
     ranked = [sorted(f, key=lambda e: -e[0])[:n_best] for f in finished]
     return [[(tokens, score) for score, tokens in r] for r in ranked]

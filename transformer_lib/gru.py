@@ -141,7 +141,7 @@ class GRUTranslator(nn.Module):
         src_mask: Tensor,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """tokens (batch, t) from `state` -> (batch, t, d), new state."""
-        dtype = self.bottom.weight_hh_l0.dtype  # GRUs run in their dtype
+        dtype = self.bottom.weight_hh_l0.dtype  # inputs match the weights
         y = self.dropout(self.tgt_embed(tokens)).to(dtype)  # (batch, t, d)
         s, hb = self.bottom(y, state[0].to(dtype))  # (batch, t, d)
         mask = src_mask.reshape(memory.size(0), 1, -1)  # (batch, 1, S)

@@ -38,6 +38,21 @@ def _check_tokens(name: str, tokens: Tensor) -> None:
         raise ValueError(f"{name} must have shape (batch, len), got {tuple(tokens.shape)}")
 
 
+def _check_ids(name: str, tokens: Tensor, embed: nn.Module) -> None:
+    """An id outside [0, vocab) would fail deep inside ``nn.Embedding``."""
+    sizes = [m.num_embeddings for m in embed.modules() if isinstance(m, nn.Embedding)]
+    if not sizes or tokens.numel() == 0 or tokens.device.type == "meta":
+        return
+    if torch.compiler.is_compiling():  # the ids are data, unknown here
+        return
+    low, high = torch.stack(torch.aminmax(tokens)).tolist()  # one sync
+    if low < 0 or high >= sizes[0]:
+        raise ValueError(
+            f"{name} must hold token ids in [0, {sizes[0]}) (the vocabulary "
+            f"size), got ids from {low} to {high}"
+        )
+
+
 def _check_mask(name: str, mask: Tensor | None, batch: int) -> None:
     if mask is None:
         return
@@ -103,6 +118,7 @@ class EncoderDecoder(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
         """Source ids (batch, src_len) -> memory (batch, src_len, d_model)."""
         _check_tokens("src", src)
+        _check_ids("src", src, self.src_embed)
         _check_mask("src_mask", src_mask, src.size(0))
         return self.encoder(self.src_embed(src), src_mask)
 
@@ -115,6 +131,7 @@ class EncoderDecoder(nn.Module):
     ) -> Tensor:
         """Target ids (batch, tgt_len) -> output (batch, tgt_len, d_model)."""
         _check_tokens("tgt", tgt)
+        _check_ids("tgt", tgt, self.tgt_embed)
         if tgt.size(0) != memory.size(0):
             raise ValueError(
                 f"tgt must have the same batch size as memory ({memory.size(0)}), got {tgt.size(0)}"
@@ -138,6 +155,8 @@ def _check_model_args(
     positional: str,
     max_len: int,
     share_embeddings: bool,
+    norm_first: bool,
+    skip_padding: bool,
     pad_idx: int | None,
     **_: object,
 ) -> None:
@@ -154,8 +173,16 @@ def _check_model_args(
         ("h", h),
         ("max_len", max_len),
     ):
-        if not isinstance(value, int) or value < 1:
+        # a bool is an int to Python: N=True would build one layer
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    for name, value in (
+        ("norm_first", norm_first),
+        ("share_embeddings", share_embeddings),
+        ("skip_padding", skip_padding),
+    ):  # "no" is truthy: it would switch the option on
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
     if d_model % h != 0:
         raise ValueError(f"d_model must be divisible by h, got d_model={d_model}, h={h}")
     for name, value in (
@@ -172,10 +199,14 @@ def _check_model_args(
             f"must equal tgt_vocab, got src_vocab={src_vocab}, "
             f"tgt_vocab={tgt_vocab}"
         )
-    if pad_idx is not None and not 0 <= pad_idx < min(src_vocab, tgt_vocab):
+    if pad_idx is not None and (
+        isinstance(pad_idx, bool)
+        or not isinstance(pad_idx, int)
+        or not 0 <= pad_idx < min(src_vocab, tgt_vocab)
+    ):
         raise ValueError(
-            f"pad_idx must be in [0, {min(src_vocab, tgt_vocab)}) "
-            f"(a valid id in both vocabularies), got {pad_idx}"
+            f"pad_idx must be in [0, {min(src_vocab, tgt_vocab)}) (an "
+            f"integer id valid in both vocabularies) or None, got {pad_idx!r}"
         )
 
 
@@ -196,6 +227,16 @@ def _init_weights(model: nn.Module, pad_idx: int | None) -> None:
         if pad_idx is not None:
             for embed in (model.src_embed[0], model.tgt_embed[0]):
                 embed.lut.weight[pad_idx].zero_()
+
+
+def _copy_sharing_buffers(module: nn.Module) -> nn.Module:
+    """A deep copy of ``module`` that shares its buffers (not copies them).
+
+    The sinusoidal table is a constant: one (max_len, d_model) table serves
+    both stacks, instead of a copy for each (twice the memory). A learned
+    table is a parameter, so each stack still gets its own.
+    """
+    return copy.deepcopy(module, {id(b): b for b in module.buffers()})
 
 
 def make_model(
@@ -259,11 +300,13 @@ def make_model(
     decoder_layer = DecoderLayer(
         d_model, c(attn), c(attn), c(ff), dropout, norm_first, skip_padding
     )
+    # one sinusoid table serves both stacks; a learned table is copied
+    src_pos, tgt_pos = (_copy_sharing_buffers(position) for _ in range(2))
     model = EncoderDecoder(
         Encoder(encoder_layer, N),  # N copies of each layer
         Decoder(decoder_layer, N),
-        nn.Sequential(Embeddings(src_vocab, d_model, pad_idx), c(position)),
-        nn.Sequential(Embeddings(tgt_vocab, d_model, pad_idx), c(position)),
+        nn.Sequential(Embeddings(src_vocab, d_model, pad_idx), src_pos),
+        nn.Sequential(Embeddings(tgt_vocab, d_model, pad_idx), tgt_pos),
         Generator(d_model, tgt_vocab),
     )
     if share_embeddings:  # one (vocab, d_model) tensor in three places

@@ -1,8 +1,9 @@
 """Durable files, lock files and the atomic directory swap (hand-written, private).
 
-Two kinds of failure shape this module. A crash (power cut, SIGKILL) between writing a file and
-renaming it into place must never leave a half-written file under the real name: hence
-``write_durably`` and ``fsync_dir``, and for a whole directory (a checkpoint) ``replace_dir``.
+Three kinds of failure shape this module. A crash (power cut, SIGKILL) between writing a file
+and renaming it into place must never leave a half-written file under the real name: hence
+``write_durably``, ``replace_file`` and ``fsync_dir``, and for a whole directory (a checkpoint)
+``replace_dir``; a reader of that directory must not mix two versions: ``read_one_version``.
 Two processes writing the same place at once must not interleave their files: hence
 ``FileLock``, a lock file created with ``O_CREAT | O_EXCL`` (one atomic operation on every
 operating system and on network file systems), holding the pid and host of its owner so that a
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,19 +50,44 @@ def fsync_dir(path: Path) -> None:
 
 def write_durably(path: Path, data: bytes) -> None:
     """Write `data` to `path` and fsync it (the caller renames it into place)."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        # a failed write (disk full, file too large) names no file
+        raise OSError(e.errno, e.strerror, str(path)) from e
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace the file `path` with `data`: readers and crashes see the old file or the new.
+
+    Rewriting a file in place truncates it first: a reader (or a kill) in between sees an
+    empty or half-written file. The data goes to a file beside it, which is renamed over it.
+    """
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        write_durably(tmp, data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
 
 
 def this_host() -> str:
     return socket.gethostname()
 
 
-def process_alive(pid: int) -> bool:
-    """Whether a process with this id runs on this machine (True when unsure)."""
-    if pid <= 0:
+def process_alive(pid: Any) -> bool:
+    """Whether a process with this id runs on this machine (True when unsure).
+
+    An id no process can have (not an integer, not positive, too large for the system call)
+    is not running: a lock file or a directory name that holds one is left-over garbage.
+    """
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
         return False
     if sys.platform == "win32":  # os.kill(pid, 0) would terminate the process on Windows
         import ctypes
@@ -124,7 +151,7 @@ class FileLock:
         except FileExistsError:
             owner = self._owner()
             if owner and owner.get("host") == this_host() and not process_alive(
-                int(owner.get("pid", -1))
+                owner.get("pid")  # a malformed pid ("abc", 10**20) is no process: stale
             ):
                 # Stale: remove it if it is still the same file (another process may have
                 # removed and re-taken it since we read it), then try again.
@@ -268,3 +295,42 @@ def recover_dir(path: Path, complete: str, *, what: str) -> bool:
             os.rename(newest, path)
             fsync_dir(path.parent)
     return path.is_dir()
+
+
+READ_ATTEMPTS = 10  # versions one read may try while a writer keeps replacing the directory
+
+
+def read_one_version(path: Path, read_manifest: Callable[[Path], Any],
+                     read: Callable[[Any], Any], *, what: str) -> Any:
+    """``read(manifest)`` of one version of a directory that ``replace_dir`` keeps replacing.
+
+    A reader can see one version's manifest and the next one's files: false "corrupt" and
+    "missing" errors with checksums, silently mixed versions without. So the manifest is read
+    again after the files. The same: every file came from its version (each version has its
+    own checksums). Changed: a swap came in between, and the read starts over on the new
+    version. An error is raised only when no swap explains it (the manifest did not change).
+    """
+
+    def manifest_now() -> Any:
+        try:
+            return read_manifest(path)
+        except (ValueError, OSError):
+            return None
+
+    error: Exception | None = None
+    for _ in range(READ_ATTEMPTS):
+        manifest = None
+        try:
+            manifest = read_manifest(path)
+            result = read(manifest)
+        except Exception as e:  # re-raised unless a swap explains it
+            if manifest_now() == manifest:
+                raise
+            error = e
+            continue
+        if manifest_now() == manifest:
+            return result
+    raise ValueError(
+        f"{what} was replaced {READ_ATTEMPTS} times while it was being read (a run saves it "
+        "faster than it can be read); load it again, or load one that no run is writing"
+    ) from error

@@ -1,9 +1,11 @@
-"""Fetch a URL into a file: SHA-256 verified, atomic, within a deadline (hand-written, private).
+"""Fetch a URL into a file: verified, atomic, bounded in time and size (hand-written, private).
 
 ``transformer_lib.translation.data.download`` fetches the Multi30k files with it. The file is
 streamed into a temporary file next to its target while being hashed; only when the hash
 matches is it fsync'ed and renamed into place (``os.replace`` is atomic), so an interrupted or
-corrupted download never leaves a partial file under the real name.
+corrupted download never leaves a partial file under the real name. A response larger than
+the file can be is cut off: a wrong or hostile server could otherwise fill the disk before
+the hash is checked.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from typing import Any
 from transformer_lib.translation._fileio import fsync_dir
 
 __all__: list[str] = []  # private: imported by name from transformer_lib.translation.data
+
+
+class _TooLarge(Exception):
+    """The response has more bytes than allowed; the message says how it was found."""
 
 
 class Deadline:
@@ -43,11 +49,13 @@ class Deadline:
         )
 
 
-def fetch(url: str, target: Path, expected: str, deadline: Deadline, progress: bool) -> None:
+def fetch(url: str, target: Path, expected: str, deadline: Deadline, progress: bool, *,
+          max_bytes: int) -> None:
     """Download `url` to `target` if its SHA-256 is `expected`; else raise, writing nothing.
 
     Raises ``OSError`` naming the URL when the server cannot be reached or answers with an
-    HTTP error, ``TimeoutError`` when `deadline` passes and ``ValueError`` on a wrong hash.
+    HTTP error, ``TimeoutError`` when `deadline` passes and ``ValueError`` on a wrong hash or
+    a response of more than `max_bytes` (refused by its Content-Length, or cut off there).
     `progress`: a tqdm bar in bytes on stderr.
     """
     request = urllib.request.Request(url, headers={"User-Agent": "transformer_lib"})
@@ -57,7 +65,14 @@ def fetch(url: str, target: Path, expected: str, deadline: Deadline, progress: b
         h = hashlib.sha256()
         with os.fdopen(fd, "wb") as out:
             try:
-                _stream(request, deadline, h, out, target.name if progress else None)
+                _stream(request, deadline, h, out, target.name if progress else None,
+                        max_bytes)
+            except _TooLarge as e:
+                raise ValueError(
+                    f"downloading {target.name} from {url}: the response has more than "
+                    f"{max_bytes / 2**20:g} MiB ({e}), more than the file can be; nothing was "
+                    "written"
+                ) from None
             except urllib.error.HTTPError as e:
                 raise OSError(f"downloading {url} failed: HTTP {e.code} {e.reason}") from e
             except TimeoutError as e:
@@ -82,9 +97,10 @@ def fetch(url: str, target: Path, expected: str, deadline: Deadline, progress: b
 
 
 def _stream(
-    request: urllib.request.Request, deadline: Deadline, h: Any, out: Any, bar_name: str | None
+    request: urllib.request.Request, deadline: Deadline, h: Any, out: Any, bar_name: str | None,
+    max_bytes: int,
 ) -> None:
-    """Copy the response body to `out`, hashing it, within the deadline.
+    """Copy the response body to `out`, hashing it, within the deadline and `max_bytes`.
 
     A socket timeout alone bounds each read, not the download: a server sending one byte a
     second never trips it. So every read is a single ``read1`` (one receive, not "fill the
@@ -93,7 +109,11 @@ def _stream(
     """
     with urllib.request.urlopen(request, timeout=deadline.left()) as response:
         sock = getattr(getattr(response.fp, "raw", None), "_sock", None)  # CPython's SocketIO
-        with _progress_bar(bar_name, response.headers.get("Content-Length")) as bar:
+        length = response.headers.get("Content-Length")
+        if length and length.isdigit() and int(length) > max_bytes:
+            raise _TooLarge(f"Content-Length {int(length):,}")
+        size = 0
+        with _progress_bar(bar_name, length) as bar:
             while True:
                 left = deadline.left()
                 if sock is not None:
@@ -101,6 +121,9 @@ def _stream(
                 chunk = response.read1(1 << 16)
                 if not chunk:
                     break
+                size += len(chunk)
+                if size > max_bytes:  # no Content-Length, or a false one
+                    raise _TooLarge(f"{size:,} bytes read")
                 h.update(chunk)
                 out.write(chunk)
                 bar.update(len(chunk))

@@ -1,7 +1,8 @@
 """Checkpoints as directories of safetensors + JSON: atomic, verified, no pickle (hand-written).
 
 The training loop and the command line use it. The tensor codec is ``_codec``; the atomic
-directory swap, ``_fileio.replace_dir``.
+directory swap, ``_fileio.replace_dir``, and reading one version during swaps,
+``_fileio.read_one_version``.
 
 A checkpoint is a directory::
 
@@ -21,11 +22,14 @@ through safetensors, everything else through JSON. The paper averages the last 5
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
+import re
 import shutil
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +47,13 @@ from transformer_lib.translation._codec import (
 from transformer_lib.translation._fileio import (
     fsync_dir,
     new_tmp_dir,
+    read_one_version,
     recover_dir,
     replace_dir,
     sha256_file,
     write_durably,
 )
+from transformer_lib.translation.distributed import checked_device
 
 __all__ = [
     "save_checkpoint",
@@ -62,6 +68,7 @@ _FORMAT = "transformer_lib.checkpoint"  # the manifests' format name (the module
 _VERSION = 1
 _MODEL, _CONFIG, _TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 _TRAINER_T, _TRAINER_J, _MANIFEST = "trainer.safetensors", "trainer.json", "manifest.json"
+_OWN_FILES = (_MODEL, _CONFIG, _TOKENIZER, _TRAINER_T, _TRAINER_J, _MANIFEST)
 
 
 # ---------------------------------------------------------------------------------- RNG
@@ -114,9 +121,16 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def _write_tensors(path: Path, tensors: Mapping[str, torch.Tensor], meta: dict[str, str]) -> None:
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
-    save_file(dict(tensors), str(path), metadata=meta)
+    try:
+        save_file(dict(tensors), str(path), metadata=meta)
+    except SafetensorError as e:  # an I/O error (disk full, file too large), as Rust says it
+        code = re.search(r"os error (\d+)", str(e))
+        if code is None:
+            raise OSError(errno.EIO, f"could not write it: {e}", str(path)) from e
+        raise OSError(int(code[1]), os.strerror(int(code[1])), str(path)) from e
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
 
@@ -127,6 +141,7 @@ def _fill(
     config: Mapping[str, Any],
     trainer: dict[str, Any],
     tokenizer: Any,
+    documents: Mapping[str, str],
 ) -> None:
     """Write every file of a checkpoint into the (temporary) directory `tmp`."""
     try:
@@ -148,6 +163,8 @@ def _fill(
         tree = redirect_refs(tree, aliases)
         _write_tensors(tmp / _TRAINER_T, unique, {"format": "pt"})
         _write_json(tmp / _TRAINER_J, tree)
+    for name, text in documents.items():  # a model card: covered by the manifest too
+        write_durably(tmp / name, text.encode("utf-8"))
     files = sorted(p.name for p in tmp.iterdir())
     _write_json(
         tmp / _MANIFEST,
@@ -174,6 +191,7 @@ def save_checkpoint(
     tokenizer: Any = None,
     extra: Mapping[str, Any] | None = None,
     rng: bool | Sequence[Mapping[str, Any]] = True,
+    documents: Mapping[str, str] | None = None,
 ) -> Path:
     """Write a checkpoint directory at `path`, atomically replacing any older one.
 
@@ -195,12 +213,18 @@ def save_checkpoint(
         rng: also record the random generators' state, so a resumed run draws the same
             numbers: True, this process's (``capture_rng_state()``); a sequence, one state per
             process of a distributed run, in rank order; False, none.
+        documents: text files to store beside the weights, name -> UTF-8 text (a model
+            card); the manifest lists them like every file, so a load checks them too.
 
-    Returns `path`.
+    Returns `path`. A write that fails (disk full, a file-size limit) raises an ``OSError``
+    naming `path`; the previous checkpoint there, if any, is left as it was.
     """
     path = Path(path)
-    if path.exists() and not path.is_dir():
+    # one stat: exists() then is_dir() raced a concurrent save's swap ("is a file")
+    if path.is_file():
         raise ValueError(f"path must be a checkpoint directory, but {path} is a file")
+    documents = dict(documents or {})
+    _check_documents(documents)
     trainer: dict[str, Any] = {}
     for key, value in (
         ("optimizer", optimizer.state_dict() if optimizer is not None else None),
@@ -213,12 +237,27 @@ def save_checkpoint(
             trainer[key] = value
     tmp = new_tmp_dir(path)
     try:
-        _fill(tmp, model, config, trainer, tokenizer)
+        try:
+            _fill(tmp, model, config, trainer, tokenizer, documents)
+        except OSError as e:  # named after the checkpoint, not the temporary directory
+            file = f" (writing {Path(e.filename).name})" if e.filename else ""
+            raise OSError(e.errno, f"checkpoint {path} not saved: {e.strerror or e}{file}; "
+                          "the previous version there, if any, is unchanged") from e
         replace_dir(tmp, path, what=f"checkpoint {path}")
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _check_documents(documents: dict[str, Any]) -> None:
+    for name, text in documents.items():
+        if not isinstance(name, str) or Path(name).name != name or name in (*_OWN_FILES, "", ".."):
+            raise ValueError(f"documents: {name!r} must be a plain file name other than the "
+                             f"checkpoint's own files {list(_OWN_FILES)}")
+        if not isinstance(text, str):
+            raise ValueError(f"documents: {name!r} must be text (str), got "
+                             f"{type(text).__name__}")
 
 
 def _rng_states(rng: bool | Sequence[Mapping[str, Any]]) -> list[Any] | None:
@@ -255,7 +294,22 @@ def _read_manifest(path: Path) -> dict[str, Any]:
             f"{manifest_path}: checkpoint format version {manifest.get('version')!r} is not "
             f"supported (expected {_VERSION})"
         )
+    _check_manifest_files(manifest.get("files"), manifest_path)
     return manifest
+
+
+def _check_manifest_files(files: Any, where: Path) -> None:
+    """ValueError naming the manifest unless `files` maps names in it to their checksums."""
+    if not isinstance(files, dict):
+        raise ValueError(f"{where}: 'files' must map each file name to its sha256 and bytes, "
+                         f"got {type(files).__name__}")
+    for name, entry in files.items():
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"{where}: 'files' may list only files of the checkpoint "
+                             f"directory, got {name!r}")
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            raise ValueError(f"{where}: 'files' entry {name!r} must be an object with a "
+                             f"'sha256' string, got {entry!r}")
 
 
 def _check_file(path: Path, manifest: Mapping[str, Any], verify: bool) -> Path:
@@ -293,7 +347,7 @@ def _read_tensors(
 
 
 def _device(map_location: str | torch.device) -> str:
-    return str(torch.device(map_location))
+    return str(checked_device(map_location))  # "cuda" without a GPU: an error naming it
 
 
 def _model_state(path: Path, manifest: Mapping[str, Any], verify: bool, device: str):
@@ -333,6 +387,30 @@ def _load_into(model: nn.Module, state: Mapping[str, torch.Tensor], where: Path)
     model.load_state_dict(state, strict=True)
 
 
+def _read_files(path: Path, manifest: Mapping[str, Any], device: str, verify: bool, *,
+                with_model: bool, with_optimizer: bool):
+    """Config, weights (`with_model`), trainer state and tokenizer path of a checkpoint."""
+    config = _read_json(_check_file(path / _CONFIG, manifest, verify))
+    state = _model_state(path, manifest, verify, device) if with_model else None
+    trainer: dict[str, Any] = {}
+    if _TRAINER_J in manifest.get("files", {}):
+        tree = _read_json(_check_file(path / _TRAINER_J, manifest, verify))
+        if not isinstance(tree, dict):
+            raise ValueError(f"{path / _TRAINER_J} must hold a JSON object")
+        # The optimizer's tensors (twice the model's size for Adam) are read only when needed.
+        wanted = [k for k in tree if k != "optimizer" or with_optimizer]
+        refs = tensor_refs({k: tree[k] for k in wanted})
+        tensors_file = _check_file(path / _TRAINER_T, manifest, verify)
+        tensors, _ = _read_tensors(tensors_file, device, refs)
+        trainer = {k: decode_tree(tree[k], tensors, str(path / _TRAINER_J)) for k in wanted}
+    tokenizer = None
+    if _TOKENIZER in manifest.get("files", {}):
+        tokenizer = _check_file(path / _TOKENIZER, manifest, verify)
+    for name in set(manifest["files"]) - set(_OWN_FILES):  # documents, e.g. a model card
+        _check_file(path / name, manifest, verify)
+    return config, state, trainer, tokenizer
+
+
 def load_checkpoint(
     path: str | Path,
     model: nn.Module | None = None,
@@ -360,24 +438,18 @@ def load_checkpoint(
     Returns a dict with ``config``, ``train_state``, ``extra``, ``rng`` (a list of states,
     one per process that saved, rank 0 first; ``None`` when not saved), ``tokenizer`` (path
     of ``tokenizer.json``, checked like every other file, or ``None``) and ``path``.
+
+    A checkpoint that a running training replaces while it is read is read again: everything
+    returned and loaded comes from one version (``_fileio.read_one_version``).
     """
     path = Path(path)
-    manifest = _read_manifest(path)
     device = _device(map_location)
-    config = _read_json(_check_file(path / _CONFIG, manifest, verify))
+    read = partial(_read_files, path, device=device, verify=verify,
+                   with_model=model is not None, with_optimizer=optimizer is not None)
+    config, state, trainer, tokenizer = read_one_version(path, _read_manifest, read,
+                                                         what=f"checkpoint {path}")
     if model is not None:
-        _load_into(model, _model_state(path, manifest, verify, device), path)
-    trainer: dict[str, Any] = {}
-    if _TRAINER_J in manifest.get("files", {}):
-        tree = _read_json(_check_file(path / _TRAINER_J, manifest, verify))
-        if not isinstance(tree, dict):
-            raise ValueError(f"{path / _TRAINER_J} must hold a JSON object")
-        # The optimizer's tensors (twice the model's size for Adam) are read only when needed.
-        wanted = [k for k in tree if k != "optimizer" or optimizer is not None]
-        refs = tensor_refs({k: tree[k] for k in wanted})
-        tensors_file = _check_file(path / _TRAINER_T, manifest, verify)
-        tensors, _ = _read_tensors(tensors_file, device, refs)
-        trainer = {k: decode_tree(tree[k], tensors, str(path / _TRAINER_J)) for k in wanted}
+        _load_into(model, state, path)
     for name, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
         if obj is None:
             continue
@@ -391,9 +463,6 @@ def load_checkpoint(
         if not rng:
             raise ValueError(f"checkpoint {path} holds no RNG state (saved with rng=False)")
         restore_rng_state(rng[0])
-    tokenizer = None
-    if _TOKENIZER in manifest.get("files", {}):
-        tokenizer = _check_file(path / _TOKENIZER, manifest, verify)
     return {
         "config": config,
         "train_state": trainer.get("train_state"),
@@ -417,7 +486,10 @@ def average_checkpoints(
     if len(paths) == 0:
         raise ValueError("paths must name at least one checkpoint, got none")
     paths = [Path(p) for p in paths]
-    states = [_model_state(p, _read_manifest(p), verify, "cpu") for p in paths]
+    states = []
+    for p in paths:  # each from one version, though a run may be replacing it
+        read = partial(_model_state, p, verify=verify, device="cpu")
+        states.append(read_one_version(p, _read_manifest, read, what=f"checkpoint {p}"))
     first = states[0]
     for p, s in zip(paths[1:], states[1:]):
         if set(s) != set(first):

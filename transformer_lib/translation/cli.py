@@ -15,7 +15,9 @@
 Without ``--checkpoint``, ``evaluate`` and ``translate`` use the model that ships with the
 package (``transformer_lib.load_pretrained``). Each command is one call into the package:
 ``loop.train``, ``inference.evaluate`` (a Multi30k split) or ``inference.translate_and_score``
-(``--src``/``--ref``), ``inference.translate``.
+(``--src``/``--ref``), and ``inference.translate_sentences`` for each batch of stdin lines as
+they arrive (``translate`` writes each line's translation as soon as its batch is done). Both
+refuse a source line of more than ``--max-input-len`` subwords, before decoding anything.
 
 A user error prints one line ``error: ...`` on stderr and exits with status 2 (bad arguments)
 or 1 (anything that fails while running); ``--debug`` prints the traceback instead.
@@ -26,11 +28,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import secrets
 import sys
 import traceback
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 __all__ = ["main"]
+
+# evaluate --src/--ref: the most text (after gunzip) a file may hold. The files are held in
+# memory while their lines are translated, and a 10 MB gzip file can unpack to 10 GB.
+MAX_TEXT_BYTES = 256 << 20
 
 
 class _UsageError(Exception):
@@ -52,13 +61,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _beam(text: str) -> int:
+    from transformer_lib.translation.config import MAX_BEAM  # imports torch: only when asked
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= MAX_BEAM:  # each extra beam is more decoding work
+        shown = text if value is None else value
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 and <= {MAX_BEAM}, "
+                                         f"got {shown!r}")
+    return value
+
+
 def _alpha(text: str) -> float:
+    from transformer_lib.translation.config import MAX_LENGTH_PENALTY  # imports torch
+
+    most = f"must be a number >= 0 and <= {MAX_LENGTH_PENALTY:g}"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+        raise argparse.ArgumentTypeError(f"{most}, got {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_LENGTH_PENALTY):  # larger overflows
+        raise argparse.ArgumentTypeError(f"{most}, got {text}")
     return value
 
 
@@ -105,13 +131,16 @@ def _parser() -> argparse.ArgumentParser:
     decoding = argparse.ArgumentParser(add_help=False, parents=[common])
     decoding.add_argument("--checkpoint",
                           help="a checkpoint directory (default: the shipped model)")
-    decoding.add_argument("--beam", type=_positive_int, help="beam size (1 = greedy; default: "
-                                                             "the checkpoint config's beam_size)")
+    decoding.add_argument("--beam", type=_beam, help="beam size, 1 to 64 (1 = greedy; default: "
+                                                      "the checkpoint config's beam_size)")
     decoding.add_argument("--length-penalty", type=_alpha,
                           help="beam search's length penalty alpha (default: the checkpoint "
                                "config's length_penalty; larger favours longer translations)")
     decoding.add_argument("--precision", choices=_PRECISIONS, default="auto",
                           help=_INFER_PRECISION)
+    decoding.add_argument("--max-input-len", type=_positive_int, default=256,
+                          help="refuse source lines of more subwords (default 256): translate "
+                               "reports the line, evaluate stops before decoding anything")
 
     e = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a split or a file pair",
                        parents=[decoding])
@@ -123,9 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=_positive_int, help="only the first n sentences")
     e.add_argument("--output", help="write the JSON result (with hypotheses) here")
 
-    r = sub.add_parser("translate", help="translate stdin lines to stdout", parents=[decoding])
-    r.add_argument("--max-input-len", type=_positive_int, default=256,
-                   help="refuse lines of more subwords (default 256)")
+    sub.add_parser("translate", help="translate stdin lines to stdout", parents=[decoding])
     return p
 
 
@@ -183,19 +210,19 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "evaluate":
         if (args.src is None) != (args.ref is None):
             raise _UsageError("--src and --ref go together")
+        output = _writable(args.output) if args.output else None  # before the work it keeps
         if args.src is not None:
             result = _evaluate_files(args)
         else:
             result = inference.evaluate(
                 _checkpoint(args), args.split, args.beam, data_dir=args.data_dir,
                 limit=args.limit, length_penalty=args.length_penalty, precision=args.precision,
+                max_input_len=args.max_input_len,
             )
         # the log's one line on stderr: stdout stays the score and the signature
         print(precision_note(args.precision, result["device"]), file=sys.stderr)
-        if args.output:
-            Path(args.output).write_text(
-                json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8"
-            )
+        if output is not None:
+            _write_whole(output, json.dumps(result, indent=2, ensure_ascii=False))
         print(result["score_line"])
         print(result["signature"])
         return 0
@@ -203,37 +230,101 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _translate(args: argparse.Namespace) -> int:
-    """stdin to stdout, one output line per input line; a bad line gets an empty output line
-    and an error on stderr (exit status 1), and the other lines are still translated."""
-    from transformer_lib.translation.data import split_lines
-    from transformer_lib.translation.inference import translate
+    """stdin to stdout, one output line per input line, written as soon as its batch is
+    translated: lines are read and translated as they arrive. A bad line gets an empty output
+    line and an error on stderr (exit status 1), and the other lines are still translated."""
+    import functools
 
-    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-    lines = split_lines(raw)
-    numbers: list[int] = []  # the line number of each sentence translated
-    sentences: list[str] = []
+    from transformer_lib.translation import inference
+
+    model, tok, cfg = inference.load_model(_checkpoint(args))
+    beam = cfg.beam_size if args.beam is None else args.beam
+    translate = functools.partial(
+        inference.translate_sentences, model, tok, beam_size=beam,
+        max_input_len=args.max_input_len, precision=args.precision,
+        **cfg.decode_kwargs(args.length_penalty),
+    )
+    translate([])  # settings the model cannot take (a beam wider than its vocabulary) fail now
+    limit = inference.source_length_limit(model, args.max_input_len)  # an int: there is one
+    # UTF-8 spends at most 4 bytes on a character: a longer line is refused as it streams past
+    most = 4 * inference.source_character_limit(tok, limit)
+    failed = False
+    for batch in _line_batches(_stdin_chunks(), most):
+        failed |= _translate_lines(batch, translate, f"more than {most:,} bytes", limit)
+    return 1 if failed else 0
+
+
+def _stdin_chunks() -> Iterator[bytes]:
+    """stdin's bytes as they arrive: a read returns what is there (up to 64 KiB) and waits only
+    when nothing is, so a line typed or piped in is translated without waiting for more."""
+    stream = getattr(sys.stdin, "buffer", None)
+    while True:
+        if stream is not None:
+            chunk = stream.read1(1 << 16)
+        else:  # a text stream with no bytes underneath (io.StringIO)
+            chunk = sys.stdin.read(1 << 16).encode("utf-8", "surrogatepass")
+        if not chunk:
+            return
+        yield chunk
+
+
+def _line_batches(
+    chunks: Iterable[bytes], most: int | None, size: int = 64
+) -> Iterator[list[tuple[int, bytes | None]]]:
+    """(line number, bytes) of the lines of a byte stream, in batches of those one read ended.
+
+    A line of more than `most` bytes is None: it is dropped as it streams past rather than held,
+    so a 20 MB line without a newline costs no memory. As in ``data.split_lines``, only "\\n"
+    ends a line, and the newline that ends the last line starts no empty one.
+    """
+    number, pending, skipping = 0, bytearray(), False
+    for chunk in chunks:
+        batch: list[tuple[int, bytes | None]] = []
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if not skipping:
+                pending += chunk[start:] if end < 0 else chunk[start:end]
+                if most is not None and len(pending) > most:
+                    skipping, pending = True, bytearray()
+            if end < 0:
+                break
+            number += 1
+            batch.append((number, None if skipping else bytes(pending)))
+            pending, skipping, start = bytearray(), False, end + 1
+        for i in range(0, len(batch), size):
+            yield batch[i : i + size]
+    if pending or skipping:
+        yield [(number + 1, None if skipping else bytes(pending))]
+
+
+def _translate_lines(batch: list[tuple[int, bytes | None]], translate: Callable,
+                     over: str, limit: int | None) -> bool:
+    """Translate a batch of (line number, bytes or None: `over` the limit); write one output
+    line per line, then the errors. True when a line failed."""
     errors: dict[int, str] = {}
-    for number, line in enumerate(lines, start=1):
+    sentences: dict[int, str] = {}
+    for number, raw in batch:
+        if raw is None:
+            errors[number] = f"line {number}: {over}, too many for --max-input-len {limit}"
+            continue
         try:
-            sentences.append(line.rstrip(b"\r").decode("utf-8"))
-            numbers.append(number)
+            sentences[number] = raw.rstrip(b"\r").decode("utf-8")
         except UnicodeDecodeError as e:
-            errors[number] = (f"line {number}: not valid UTF-8 (byte 0x{line[e.start]:02x} at "
+            errors[number] = (f"line {number}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at "
                               f"position {e.start})")
+    numbers = list(sentences)
 
-    def too_long(i: int, subwords: int, limit: int) -> None:
-        errors[numbers[i]] = (f"line {numbers[i]}: {subwords} subwords, more than "
-                              f"--max-input-len {limit}")
+    def too_long(i: int, length: str, limit: int) -> None:
+        errors[numbers[i]] = f"line {numbers[i]}: {length}, too many for --max-input-len {limit}"
 
-    done = translate(_checkpoint(args), sentences, args.beam, max_input_len=args.max_input_len,
-                     precision=args.precision, length_penalty=args.length_penalty,
-                     on_too_long=too_long)
-    translated = dict(zip(numbers, done))
-    for number in range(1, len(lines) + 1):
-        print("" if number in errors else translated[number])
+    done = dict(zip(numbers, translate(list(sentences.values()), on_too_long=too_long)))
+    for number, _ in batch:
+        print("" if number in errors else done[number])
+    sys.stdout.flush()  # a pipe is block-buffered: the reader would wait for the whole input
     for number in sorted(errors):
         print(f"error: {errors[number]}", file=sys.stderr)
-    return 1 if errors else 0
+    return bool(errors)
 
 
 def _checkpoint(args: argparse.Namespace) -> Path:
@@ -243,41 +334,107 @@ def _checkpoint(args: argparse.Namespace) -> Path:
     return Path(args.checkpoint) if args.checkpoint else pretrained_path()
 
 
-def _read_lines(path: str, name: str) -> list[str]:
-    """The lines of a UTF-8 text file, gzipped or not; a clear error for anything else."""
-    import gzip
+def _writable(path: str) -> Path:
+    """--output, checked before any work: a bad path found after decoding loses the evaluation.
 
-    from transformer_lib.translation.data import split_lines
+    The check makes and removes a file beside it, as ``_write_whole`` will.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"--output {path!r} is a directory")
+    if not p.parent.is_dir():
+        what = "is not a folder" if p.parent.exists() else "does not exist"
+        raise ValueError(f"--output {path!r}: its folder {str(p.parent)!r} {what}")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"--output {path!r} is read-only")
+    probe = p.with_name(f".{p.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as e:
+        raise ValueError(f"--output {path!r} cannot be written: {e.strerror or e}") from None
+    return p
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temporary file beside it, then a rename.
+
+    A disk that fills, or a file-size limit, then leaves the previous file as it was instead
+    of a truncated one.
+    """
+    from transformer_lib.translation._fileio import fsync_dir
+
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:  # mode 0o666 less the umask, as for any new file
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as e:
+        raise OSError(f"--output {str(path)!r} was not written ({e.strerror or e}); a file "
+                      "that was there is unchanged") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_lines(path: str, name: str, limit: int | None) -> tuple[list[str], int]:
+    """The first `limit` lines (None: all) of a UTF-8 text file, gzipped or not, and how many
+    lines it has; a clear error for anything else.
+
+    Read as a stream of at most ``MAX_TEXT_BYTES``: ``gzip.decompress`` of the whole file
+    would hold all of a small file that unpacks to gigabytes. Lines split as in
+    ``data.split_lines``; a "\\r" before the newline is dropped.
+    """
+    import gzip
+    import zlib
 
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{name} {path!r} is not a file")
-    data = p.read_bytes()
-    if data[:2] == b"\x1f\x8b":  # gzip's magic number, whatever the file is called
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise ValueError(f"{name} {path!r} is not a valid gzip file: {e}") from None
+    with open(p, "rb") as f:
+        zipped = f.read(2) == b"\x1f\x8b"  # gzip's magic number, whatever the file is called
+    lines: list[str] = []
+    count = size = 0
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise ValueError(f"{name} {path!r}: line {line} is not valid UTF-8") from None
-    return [line.rstrip("\r") for line in split_lines(text)]
+        with (gzip.open(p, "rb") if zipped else open(p, "rb")) as f:
+            while raw := f.readline(MAX_TEXT_BYTES - size + 1):  # one line, or what is left
+                size += len(raw)
+                if size > MAX_TEXT_BYTES:
+                    raise ValueError(f"{name} {path!r} holds more than "
+                                     f"{MAX_TEXT_BYTES / 2**20:g} MiB of text; split it")
+                count += 1
+                try:
+                    text = raw.removesuffix(b"\n").decode("utf-8").rstrip("\r")
+                except UnicodeDecodeError:
+                    raise ValueError(f"{name} {path!r}: line {count} is not valid UTF-8") from None
+                if limit is None or count <= limit:
+                    lines.append(text)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise ValueError(f"{name} {path!r} is not a valid gzip file: {e}") from None
+    return lines, count
 
 
 def _evaluate_files(args: argparse.Namespace) -> dict:
     """sacreBLEU of --src translated against --ref (the same settings as `evaluate`)."""
-    from transformer_lib.translation.inference import load_model, translate_and_score
+    from transformer_lib.translation import inference
 
-    sources, refs = _read_lines(args.src, "--src"), _read_lines(args.ref, "--ref")
-    if len(sources) != len(refs):
-        raise ValueError(f"--src has {len(sources)} lines but --ref has {len(refs)}: the files "
+    (sources, n_src), (refs, n_ref) = (_read_lines(args.src, "--src", args.limit),
+                                       _read_lines(args.ref, "--ref", args.limit))
+    if n_src != n_ref:
+        raise ValueError(f"--src has {n_src} lines but --ref has {n_ref}: the files "
                          "must be aligned line by line")
     if not sources:
         raise ValueError(f"--src {args.src!r} is empty")
-    pairs = list(zip(sources, refs))[: args.limit]
-    model, tok, cfg = load_model(_checkpoint(args))
-    scored = translate_and_score(model, tok, cfg, pairs, beam_size=args.beam,
-                                 length_penalty=args.length_penalty, precision=args.precision)
+
+    def too_long(i: int, length: str, limit: int) -> None:  # a score without it is no score
+        raise ValueError(f"--src line {i + 1}: {length}, too many for --max-input-len {limit}")
+
+    model, tok, cfg = inference.load_model(_checkpoint(args))
+    scored = inference.translate_and_score(
+        model, tok, cfg, list(zip(sources, refs)), beam_size=args.beam,
+        length_penalty=args.length_penalty, precision=args.precision,
+        max_input_len=args.max_input_len, on_too_long=too_long,
+    )
     return {"src": args.src, "ref": args.ref, **scored}

@@ -18,12 +18,16 @@ from torch import nn
 
 from transformer_lib.gru import make_gru_model
 from transformer_lib.model import make_model
-from transformer_lib.translation.data import LANGS, PAD, SPECIAL_TOKENS
+from transformer_lib.translation.data import LANGS, MAX_VOCAB, PAD, SPECIAL_TOKENS
 
 __all__ = [
     "Config",
     "RESUMABLE_CHANGES",
     "MAX_PARAMS",
+    "MAX_BEAM",
+    "MAX_LEN_A",
+    "MAX_LEN_B",
+    "MAX_LENGTH_PENALTY",
     "FAST",
     "load_config",
     "config_from_saved",
@@ -37,7 +41,15 @@ RESUMABLE_CHANGES = frozenset({
     "epochs", "time_limit_min", "max_steps", "data_dir", "save_every", "keep_last", "average_last",
     "bleu_every", "beam_size", "length_penalty", "max_len_a", "max_len_b",
 })
-MAX_PARAMS = 10**9  # load_model refuses configs describing more parameters unless told otherwise
+MAX_PARAMS = 10**9  # load_model refuses configs describing more parameters and buffer elements
+# Bounds on decoding's work, checked here and by translate_sentences: the beam width, and the
+# output length a * source length + b (at most 10 * 256 + 1000 subwords for a source of the
+# command line's default --max-input-len). And on beam search's alpha: its length penalty
+# ((5 + length) / 6) ** alpha overflows a float past alpha ~ 110 at such lengths.
+MAX_BEAM = 64
+MAX_LEN_A = 10.0
+MAX_LEN_B = 1000
+MAX_LENGTH_PENALTY = 10.0
 # What `fast = true` (CLI --fast) stands for; the one place it is spelled out (see Config.fast).
 FAST = {"precision": "auto", "attn_dropout": 0.0, "ffn_dropout": 0.0}
 
@@ -168,8 +180,10 @@ class Config:
         `length_penalty`: replaces the config's alpha (None: keep it), e.g. one chosen on the
         validation set after training (``tools/multi30k_report.py --length-penalties``).
         """
-        if length_penalty is not None and not (_is_num(length_penalty) and length_penalty >= 0):
-            raise ValueError(f"length_penalty must be a number >= 0 (beam search's alpha), "
+        if length_penalty is not None and not (_is_num(length_penalty)
+                                               and 0 <= length_penalty <= MAX_LENGTH_PENALTY):
+            raise ValueError(f"length_penalty must be a number >= 0 and <= "
+                             f"{MAX_LENGTH_PENALTY:g} (beam search's alpha), "
                              f"got {length_penalty!r}")
         alpha = self.length_penalty if length_penalty is None else length_penalty
         return dict(length_penalty=alpha, max_len_a=self.max_len_a, max_len_b=self.max_len_b)
@@ -192,6 +206,10 @@ def _int(lo: int, optional: bool = False) -> tuple[Callable[[Any], bool], str]:
             f"None or {text}" if optional else text)
 
 
+def _int_in(lo: int, hi: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: _is_int(v, lo) and v <= hi), f"an integer >= {lo} and <= {hi}"
+
+
 def _num(test: Callable[[float], bool], text: str, optional: bool = False):
     return (lambda v: (optional and v is None) or (_is_num(v) and test(v)),
             f"None or {text}" if optional else text)
@@ -202,12 +220,16 @@ def _choice(*options: str) -> tuple[Callable[[Any], bool], str]:
 
 
 _PROB = _num(lambda v: 0 <= v < 1, "a number in [0, 1)")
+_VOCAB = ((lambda v: _is_int(v, len(SPECIAL_TOKENS) + 256) and v <= MAX_VOCAB),
+          f"an integer >= {len(SPECIAL_TOKENS) + 256} and <= {MAX_VOCAB}")
+_SEED = ((lambda v: _is_int(v, 0) and v < 2**64),  # torch.manual_seed takes no more
+         "an integer in [0, 2**64 - 1]")
 _BOOL = ((lambda v: isinstance(v, bool)), "true or false")
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "data_dir": ((lambda v: v is None or isinstance(v, str)), "None or a folder path"),
     "src_lang": _choice(*LANGS), "tgt_lang": _choice(*LANGS),
     "train_limit": _int(1, optional=True), "val_limit": _int(1, optional=True),
-    "vocab_size": _int(len(SPECIAL_TOKENS) + 256), "max_tokens": _int(16),
+    "vocab_size": _VOCAB, "max_tokens": _int(16),
     "drop_longer_than": _int(1),
     "N": _int(1), "d_model": _int(1), "d_ff": _int(1), "h": _int(1), "dropout": _PROB,
     "attn_dropout": _num(lambda v: 0 <= v < 1, "a number in [0, 1)", optional=True),
@@ -225,10 +247,13 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "weight_decay": _num(lambda v: v >= 0, "a number >= 0"), "label_smoothing": _PROB,
     "decoupled_weight_decay": _BOOL,
     "clip_norm": _num(lambda v: v > 0, "a number > 0", optional=True),
-    "precision": _choice("fp32", "bf16", "auto"), "seed": _int(0), "save_every": _int(1),
-    "keep_last": _int(1), "average_last": _int(0), "bleu_every": _int(0), "beam_size": _int(1),
-    "length_penalty": _num(lambda v: v >= 0, "a number >= 0"),
-    "max_len_a": _num(lambda v: v >= 0, "a number >= 0"), "max_len_b": _int(1),
+    "precision": _choice("fp32", "bf16", "auto"), "seed": _SEED, "save_every": _int(1),
+    "keep_last": _int(1), "average_last": _int(0), "bleu_every": _int(0),
+    "beam_size": _int_in(1, MAX_BEAM),
+    "length_penalty": _num(lambda v: 0 <= v <= MAX_LENGTH_PENALTY,
+                           f"a number >= 0 and <= {MAX_LENGTH_PENALTY:g}"),
+    "max_len_a": _num(lambda v: 0 <= v <= MAX_LEN_A, f"a number >= 0 and <= {MAX_LEN_A:g}"),
+    "max_len_b": _int_in(1, MAX_LEN_B),
     "time_limit_min": _num(lambda v: v > 0, "a number > 0", optional=True),
     "max_steps": _int(1, optional=True),
 }
@@ -279,9 +304,11 @@ def load_config(path: str | Path | None, **overrides: Any) -> Config:
     ``fast = true`` (CLI ``--fast``) is shorthand for the settings of ``FAST``
     (``precision = "auto"``, ``attn_dropout = 0``, ``ffn_dropout = 0``); it replaces those keys
     of the file when given as an override, and a contradicting value set alongside it is an
-    error. Every value is checked (see ``Config``); errors name the key.
+    error. Every value is checked (see ``Config``); errors name the key. A file may name
+    its parent, ``base = "parent.toml"`` (relative to the file): it then lists only the keys
+    it changes (an experiment's record, ``experiments/*/configs``).
     """
-    values: dict[str, Any] = _read_toml(Path(path)) if path is not None else {}
+    values: dict[str, Any] = _read_with_base(Path(path)) if path is not None else {}
     over = {k: v for k, v in overrides.items() if v is not None}
     if over.get("fast"):  # the override replaces what the file says about these keys
         values = {k: v for k, v in values.items() if k not in FAST}
@@ -333,6 +360,32 @@ def _renamed_keys(values: dict[str, Any], *, saved: bool) -> dict[str, Any]:
     return values
 
 
+def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The keys of a config file over those of its ``base``, the file it names as parent.
+
+    As with an override, ``fast = true`` in the child replaces what the parent says about
+    the keys of ``FAST``. A base that is missing, not a string, or part of a cycle is an
+    error naming the files.
+    """
+    path = path.resolve()
+    if path in chain:
+        loop = " -> ".join(str(p) for p in (*chain, path))
+        raise ValueError(f"config {chain[0]}: its bases form a cycle: {loop}")
+    values = _read_toml(path)
+    base = values.pop("base", None)
+    if base is None:
+        return values
+    if not isinstance(base, str):
+        raise ValueError(f"config {path}: base must be a file name (a string), got {base!r}")
+    parent = path.parent / base
+    if not parent.is_file():
+        raise ValueError(f"config {path}: its base {base!r} ({parent}) does not exist")
+    inherited = _read_with_base(parent, (*chain, path))
+    if values.get("fast"):
+        inherited = {k: v for k, v in inherited.items() if k not in FAST}
+    return {**inherited, **values}
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         import tomllib
@@ -343,25 +396,36 @@ def _read_toml(path: Path) -> dict[str, Any]:
             raw = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"config {path} is not valid TOML: {e}") from e
+    except UnicodeDecodeError as e:  # TOML is UTF-8; the codec's message names no file
+        line = e.object[: e.start].count(b"\n") + 1
+        raise ValueError(f"config {path} is not UTF-8 text (as TOML must be): byte "
+                         f"0x{e.object[e.start]:02x} on line {line}") from None
     values: dict[str, Any] = {}
+    where: dict[str, str] = {}  # key -> the table that set it
     for key, val in raw.items():
-        if isinstance(val, dict):  # [data], [model], [train] … tables are only grouping
-            values.update(val)
-        else:
-            values[key] = val
+        # [data], [model], [train] … tables are only grouping: a key set in two is an error
+        table = f"[{key}]" if isinstance(val, dict) else "the top level"
+        for k, v in val.items() if isinstance(val, dict) else [(key, val)]:
+            if k in values:
+                raise ValueError(f"config {path} sets {k} twice (in {where[k]} and {table}); "
+                                 "tables only group keys, so one of them would be ignored")
+            values[k], where[k] = v, table
     return values
 
 
 # --------------------------------------------------------------------------- size
 
 
-def parameter_count(cfg: Config, vocab: int) -> int:
+def parameter_count(cfg: Config, vocab: int, *, buffers: bool = False) -> int:
     """Parameters of ``cfg.build_model(vocab)``, computed without building it.
 
     Used to refuse a config that would allocate more memory than intended before any
     allocation happens (a checkpoint's config.json is input like any other file).
+    `buffers`: count the elements of the model's buffers too, which take memory as parameters
+    do though nothing trains them: the sinusoidal position table, (max_positions, d_model),
+    one table shared by both stacks (``max_positions = 10**8`` would be a 100 GB table).
     """
-    if cfg.arch == "gru":
+    if cfg.arch == "gru":  # no buffers
         d, n = cfg.d_model, cfg.N
 
         def gru(inp: int, hidden: int) -> int:  # three gates, two biases each
@@ -383,4 +447,5 @@ def parameter_count(cfg: Config, vocab: int) -> int:
     decoder = n * (2 * attention + ffn + 3 * norm) + final
     embeddings = vocab * d * (1 if cfg.share_embeddings else 3) + vocab  # + generator bias
     positions = 2 * cfg.max_positions * d if cfg.positional == "learned" else 0
-    return encoder + decoder + embeddings + positions
+    table = cfg.max_positions * d if buffers and cfg.positional == "sinusoidal" else 0
+    return encoder + decoder + embeddings + positions + table

@@ -66,6 +66,9 @@ __all__ = [
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]  # index = id
+# The largest vocabulary train_tokenizer learns (the paper's: 37,000). The tokenizer library
+# reserves memory for every entry at once: 2**40 aborted the process asking for 72 TB.
+MAX_VOCAB = 2**20
 
 UPSTREAM = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
 
@@ -78,6 +81,10 @@ SHA256 = {
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
     "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
 }
+
+# download() refuses a response larger than this: the largest file, train.de.gz, is 0.6 MB, and
+# a wrong or hostile server could otherwise fill the disk before the checksum is compared.
+MAX_DOWNLOAD_BYTES = 16 << 20
 
 # split name -> file stem; sizes 29,000 / 1,014 / 1,000 sentence pairs.
 SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
@@ -264,9 +271,10 @@ def download(
         timeout: seconds for the whole call (all files), however slowly the server answers.
         progress: a tqdm bar per file on stderr; default only when stderr is a terminal.
 
-    Returns the folder. Raises ``ValueError`` on a checksum mismatch, ``TimeoutError`` when the
-    deadline passes and ``OSError`` (naming the URL) when the server cannot be reached or
-    answers with an HTTP error.
+    Returns the folder. Raises ``ValueError`` on a checksum mismatch or a response of more than
+    ``MAX_DOWNLOAD_BYTES`` (16 MiB, cut off there), ``TimeoutError`` when the deadline passes
+    and ``OSError`` (naming the URL) when the server cannot be reached or answers with an HTTP
+    error.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
@@ -284,7 +292,8 @@ def download(
         if target.is_file() and _sha256(target) == SHA256[name]:
             continue
         url = f"{base.rstrip('/')}/{name}"
-        fetch(url, target, SHA256[name], Deadline(deadline, url, timeout), show)
+        fetch(url, target, SHA256[name], Deadline(deadline, url, timeout), show,
+              max_bytes=MAX_DOWNLOAD_BYTES)
     return folder
 
 
@@ -328,9 +337,10 @@ def train_tokenizer(
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     floor = len(SPECIAL_TOKENS) + 256
-    if vocab_size < floor:
+    if not floor <= vocab_size <= MAX_VOCAB:
         raise ValueError(
-            f"vocab_size must be >= {floor} (4 specials + 256 bytes), got {vocab_size}"
+            f"vocab_size must be >= {floor} (4 specials + 256 bytes) and <= {MAX_VOCAB}, "
+            f"got {vocab_size}"
         )
     if min_frequency < 1:
         raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")

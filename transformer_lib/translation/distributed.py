@@ -14,8 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["default_device", "rank_and_world", "join_process_group", "leave_process_group",
-           "barrier", "all_sum", "all_gather", "on_rank0_then_share"]
+__all__ = ["default_device", "checked_device", "rank_and_world", "join_process_group",
+           "leave_process_group", "barrier", "all_sum", "all_gather", "on_rank0_then_share"]
 
 
 def default_device() -> torch.device:
@@ -25,6 +25,28 @@ def default_device() -> torch.device:
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
+
+
+def checked_device(device: Any) -> torch.device:
+    """`device` as a ``torch.device``, or a ValueError naming it if this machine has none such.
+
+    Without it, ``"cuda"`` on a machine without a GPU fails inside a library with a message
+    about pinned memory or accelerators, and ``"meta"`` (shapes, no data) as a corrupt file.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be a torch.device or a name such as 'cpu' or 'cuda:0', "
+                         f"got {device!r}") from None
+    if dev.type == "meta":
+        raise ValueError(f"device '{dev}' holds shapes but no data: load onto 'cpu' or a GPU")
+    try:
+        torch.empty(1, device=dev)
+    except (RuntimeError, AssertionError) as e:  # AssertionError: torch built without CUDA
+        why = str(e).strip().split("\n")[0].split(". ")[0]
+        raise ValueError(f"device '{dev}' is not available on this machine ({why}); "
+                         "use 'cpu' or a device it has") from None
+    return dev
 
 
 def rank_and_world() -> tuple[int, int]:

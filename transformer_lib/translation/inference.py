@@ -24,6 +24,10 @@ from transformer_lib.positional import LearnedPositionalEmbedding
 from transformer_lib.training import Batch, LabelSmoothing, real_token_loss
 from transformer_lib.translation.checkpoint import load_checkpoint
 from transformer_lib.translation.config import (
+    MAX_BEAM,
+    MAX_LEN_A,
+    MAX_LEN_B,
+    MAX_LENGTH_PENALTY,
     MAX_PARAMS,
     Config,
     config_from_saved,
@@ -41,13 +45,14 @@ from transformer_lib.translation.data import (
     load_tokenizer,
     make_batches,
 )
-from transformer_lib.translation.distributed import default_device
+from transformer_lib.translation.distributed import checked_device, default_device
 from transformer_lib.translation.precision import autocast, resolve_precision
 
 __all__ = [
     "load_model",
     "translate_sentences",
     "source_length_limit",
+    "source_character_limit",
     "bleu",
     "bleu_signature",
     "translate_and_score",
@@ -72,22 +77,24 @@ def load_model(
     """Load a checkpoint directory: (model in eval mode, tokenizer, Config).
 
     The config is checked and the model's size computed from it before anything is built: a
-    config describing more than `max_params` parameters is refused (a checkpoint is input;
-    raise the limit for a model you trust to be that large). Non-finite weights (a diverged
+    config describing more than `max_params` parameters and buffer elements (the sinusoidal
+    position table) is refused (a checkpoint is input; raise the limit for a model you trust
+    to be that large). Non-finite weights (a diverged
     run) are refused too. `verify`: check every file against the manifest's SHA-256.
     """
-    device = device or default_device()
+    device = default_device() if device is None else checked_device(device)
     path = Path(path)
     info = load_checkpoint(path, None, verify=verify)
     cfg = config_from_saved(info["config"], path)
     if info["tokenizer"] is None:
         raise ValueError(f"checkpoint {path} holds no tokenizer.json; it cannot translate")
     tok = load_tokenizer(info["tokenizer"])
-    n = parameter_count(cfg, tok.get_vocab_size())
+    n = parameter_count(cfg, tok.get_vocab_size(), buffers=True)
     if n > max_params:
         raise ValueError(
-            f"checkpoint {path}: its config describes a model of {n:,} parameters, more than "
-            f"max_params={max_params:,}; pass a larger max_params if you trust it"
+            f"checkpoint {path}: its config describes a model of {n:,} parameters and buffer "
+            f"elements, more than max_params={max_params:,}; pass a larger max_params if you "
+            "trust it"
         )
     model = cfg.build_model(tok.get_vocab_size())
     load_checkpoint(path, model, map_location=device, verify=verify)
@@ -115,14 +122,68 @@ def _output_limit(model: nn.Module) -> int | None:
     return min(tables) if tables else None
 
 
-def _check_translate_args(beam_size: Any, batch_size: Any, max_input_len: Any) -> None:
-    for name, value, optional in (("beam_size", beam_size, False),
-                                  ("batch_size", batch_size, False),
-                                  ("max_input_len", max_input_len, True)):
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-        if not (ok or (optional and value is None)):
-            raise ValueError(f"{name} must be {'None or ' if optional else ''}an integer >= 1, "
-                             f"got {value!r}")
+def source_character_limit(tok: Any, max_subwords: int) -> int:
+    """Most characters a source of at most `max_subwords` subwords can have with `tok`.
+
+    Checked before tokenizing, whose time and memory grow with the text (20 M characters: 91 s
+    and 2.7 GB), so that an over-long line is refused at once, and never refusing a line the
+    tokenizer would have let through: a subword spells at most as many bytes as the longest
+    vocabulary entry (byte-level: one symbol per byte), and a character is at least one byte
+    after NFC normalization, which merges at most 4 characters into one (Greek "ᾂ" typed as
+    its NFD). So a text of more characters than this has more than `max_subwords` subwords.
+    """
+    longest = max(len(entry) for entry in tok.get_vocab())
+    return max_subwords * longest * 4
+
+
+def _check_int(name: str, value: Any, *, optional: bool = False, most: int | None = None) -> None:
+    ok = (isinstance(value, int) and not isinstance(value, bool)
+          and 1 <= value <= (value if most is None else most))
+    if not (ok or (optional and value is None)):
+        bound = "" if most is None else f" and <= {most}"
+        raise ValueError(f"{name} must be {'None or ' if optional else ''}an integer >= 1{bound}, "
+                         f"got {value!r}")
+
+
+def _check_number(name: str, value: Any, most: float) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and 0 <= value <= most):  # NaN fails too
+        raise ValueError(f"{name} must be a number >= 0 and <= {most:g}, got {value!r}")
+
+
+def _check_decoding(beam_size: Any, alpha: Any, max_len_a: Any, max_len_b: Any,
+                    vocab: int) -> None:
+    """ValueError unless decoding's work is bounded (the beam, the output length) and its
+    length penalty alpha cannot overflow."""
+    _check_int("beam_size", beam_size, most=MAX_BEAM)
+    if beam_size > vocab:
+        raise ValueError(f"beam_size ({beam_size}) cannot exceed the vocabulary of {vocab} "
+                         "subwords")
+    _check_number("length_penalty", alpha, MAX_LENGTH_PENALTY)
+    _check_number("max_len_a", max_len_a, MAX_LEN_A)
+    _check_int("max_len_b", max_len_b, most=MAX_LEN_B)
+
+
+def _encode_sources(
+    tok: Any, sentences: Sequence[str], limit: int | None,
+    on_too_long: Callable[[int, str, int], None] | None,
+) -> tuple[list[list[int]], list[int]]:
+    """Each sentence's ids + EOS ([] when refused), and the indices of those within `limit`."""
+    chars = None if limit is None else source_character_limit(tok, limit)
+    encoded: list[list[int]] = []
+    keep: list[int] = []
+    for i, s in enumerate(sentences):
+        ids = encode_text(tok, s) if chars is None or len(s) <= chars else None
+        if ids is not None and (limit is None or len(ids) - 1 <= limit):
+            encoded.append(ids)
+            keep.append(i)
+            continue
+        encoded.append([])
+        length = f"{len(s):,} characters" if ids is None else f"{len(ids) - 1} subwords"
+        if on_too_long is None:
+            raise ValueError(f"sentences[{i}] has {length}, too many for max_input_len={limit}")
+        on_too_long(i, length, limit)
+    return encoded, keep
 
 
 @torch.no_grad()
@@ -138,38 +199,38 @@ def translate_sentences(
     precision: str = "auto",
     max_input_len: int | None = 256,
     batch_size: int = 64,
-    on_too_long: Callable[[int, int, int], None] | None = None,
+    on_too_long: Callable[[int, str, int], None] | None = None,
 ) -> list[str]:
     """Translate untokenized sentences; greedy (KV cache) when beam_size == 1, else beam search.
 
     Args:
         model, tok: from ``load_model`` (the model's device is used).
-        sentences: untokenized source sentences.
-        beam_size: 1 for greedy decoding. length_penalty: beam search's alpha.
+        sentences: untokenized source sentences (a list, not one str); an empty or blank one
+            translates to "".
+        beam_size: 1 for greedy decoding, at most ``MAX_BEAM`` (64) and the vocabulary size.
+            length_penalty: beam search's alpha, at most ``MAX_LENGTH_PENALTY`` (10).
         max_len_a, max_len_b: a translation has at most ``a * source length + b`` subwords
-            (and never more than a learned position table holds).
+            (and never more than a learned position table holds); ``a <= MAX_LEN_A`` (10),
+            ``b <= MAX_LEN_B`` (1000).
         precision: "fp32", "bf16" autocast, or "auto": bf16 where the model's device has it
             natively, else fp32 (``resolve_precision``), whatever the model was trained in.
         max_input_len: refuse a source of more subwords: decoding time grows with the square
             of the length, and a model trained on short sentences has nothing useful to say
-            about one of thousands. None: no limit but a learned position table's.
+            about one of thousands. None: no limit but a learned position table's. A source
+            of more characters than ``source_character_limit`` is refused untokenized.
         batch_size: sentences decoded together (divided by beam_size for beam search).
-        on_too_long: called as ``on_too_long(index, subwords, limit)`` for each refused
-            sentence, whose translation is then ""; None: raise ``ValueError`` naming it.
+        on_too_long: called as ``on_too_long(index, length, limit)`` for each refused
+            sentence, whose translation is then "" (`length`: "300 subwords", or
+            "20,000,000 characters" when refused untokenized); None: raise ``ValueError``.
     """
-    _check_translate_args(beam_size, batch_size, max_input_len)
     precision = resolve_precision(precision, _device_of(model))
-    encoded = [encode_text(tok, s) for s in sentences]  # ids + EOS
+    _check_decoding(beam_size, length_penalty, max_len_a, max_len_b, tok.get_vocab_size())
+    _check_int("batch_size", batch_size)
+    _check_int("max_input_len", max_input_len, optional=True)
+    _check_sentences(sentences)
     limit = source_length_limit(model, max_input_len)
-    keep = []
-    for i, ids in enumerate(encoded):
-        if limit is None or len(ids) - 1 <= limit:
-            keep.append(i)
-        elif on_too_long is None:
-            raise ValueError(f"sentences[{i}] has {len(ids) - 1} subwords, more than "
-                             f"max_input_len={limit}")
-        else:
-            on_too_long(i, len(ids) - 1, limit)
+    encoded, keep = _encode_sources(tok, sentences, limit, on_too_long)  # ids + EOS
+    keep = [i for i in keep if sentences[i].strip()]  # nothing to translate: "", not "A man."
     was_training = model.training
     model.eval()
     out: list[str] = [""] * len(sentences)
@@ -182,6 +243,15 @@ def translate_sentences(
             out[i] = decode_ids(tok, _cut(hyps[row]))
     model.train(was_training)
     return out
+
+
+def _check_sentences(sentences: Any) -> None:
+    if isinstance(sentences, (str, bytes)):  # iterating it would translate each character
+        raise ValueError(f"sentences must be a list of strings, got a "
+                         f"{type(sentences).__name__}; pass [text] for one sentence")
+    bad = next(((i, s) for i, s in enumerate(sentences) if not isinstance(s, str)), None)
+    if bad is not None:
+        raise ValueError(f"sentences[{bad[0]}] must be a string, got {bad[1]!r}")
 
 
 def _decode_batch(model: nn.Module, sources: list[list[int]], *, beam_size: int,
@@ -226,13 +296,14 @@ def translate(
     precision: str = "auto",
     *,
     length_penalty: float | None = None,
-    on_too_long: Callable[[int, int, int], None] | None = None,
+    on_too_long: Callable[[int, str, int], None] | None = None,
 ) -> list[str]:
     """Translate sentences with a saved model and the decoding settings of its config.
 
     `beam_size`, `length_penalty` None: the config's ``beam_size`` and ``length_penalty``.
     `precision`, `max_input_len`, `on_too_long`: as in ``translate_sentences``; precision
-    "auto" whatever the checkpoint trained in. The command line's ``translate`` is this.
+    "auto" whatever the checkpoint trained in. The command line's ``translate`` does the
+    same, batch by batch as stdin's lines arrive.
     """
     device = device or default_device()
     resolve_precision(precision, device)  # a bad value fails before the model loads
@@ -249,10 +320,14 @@ def translate(
 def bleu(hypotheses: Sequence[str], pairs: Sequence[tuple[str, str]]) -> Any:
     """Corpus sacreBLEU (13a tokenization, cased) of hypotheses against the pairs' targets.
 
-    Returns sacrebleu's ``BLEUScore``; ``bleu_signature()`` names the settings it used.
+    Returns sacrebleu's ``BLEUScore``; ``bleu_signature()`` names the settings it used. One
+    hypothesis per pair, in order (sacreBLEU would score the shorter list alone, silently).
     """
     import sacrebleu
 
+    if len(hypotheses) != len(pairs):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(pairs)} sentence pairs: "
+                         "there must be one per pair")
     return sacrebleu.BLEU().corpus_score(list(hypotheses), [[t for _, t in pairs]])
 
 
@@ -278,23 +353,31 @@ def translate_and_score(
     beam_size: int | None = None,
     length_penalty: float | None = None,
     precision: str = "auto",
+    max_input_len: int | None = None,
+    on_too_long: Callable[[int, str, int], None] | None = None,
 ) -> dict[str, Any]:
     """Translate the pairs' sources with `cfg`'s decoding settings; sacreBLEU against targets.
 
-    Every source is translated, however long (``max_input_len`` None): a score over fewer
-    sentences than the test set would be no score of it. `beam_size`, `length_penalty` None:
+    `max_input_len`: a source of more subwords is an error (ValueError, or `on_too_long`, as in
+    ``translate_sentences``), found before anything is decoded: a score over fewer sentences
+    than the test set would be no score of it, so `on_too_long` should raise (the command line
+    names the file's line); a source it lets pass is scored as an empty translation. None (the
+    default): every source is translated, however long. `beam_size`, `length_penalty` None:
     the config's. `precision`: as in ``translate_sentences``. Returns ``beam_size``,
     ``length_penalty``, ``precision`` (the one that ran), ``device``, ``bleu`` (rounded to
     two decimals, as sacreBLEU prints it), ``bleu_unrounded``, ``signature``, ``score_line``
     (sacreBLEU's line), ``sentences``, ``seconds`` and the ``hypotheses``.
     """
+    if len(pairs) == 0:
+        raise ValueError("pairs is empty: there is nothing to score")
     beam_size = cfg.beam_size if beam_size is None else beam_size
     kwargs = cfg.decode_kwargs(length_penalty)
     device = _device_of(model)
     used = resolve_precision(precision, device)
     start = time.perf_counter()
     hyps = translate_sentences(model, tok, [s for s, _ in pairs], beam_size=beam_size,
-                               max_input_len=None, precision=used, **kwargs)
+                               max_input_len=max_input_len, on_too_long=on_too_long,
+                               precision=used, **kwargs)
     score = bleu(hyps, pairs)
     return {
         "beam_size": beam_size,
@@ -320,21 +403,29 @@ def evaluate(
     device: torch.device | None = None,
     length_penalty: float | None = None,
     precision: str = "auto",
+    *,
+    max_input_len: int | None = 256,
 ) -> dict[str, Any]:
     """sacreBLEU of a checkpoint on a Multi30k split: ``translate_and_score``'s result + split.
 
     `beam_size`, `length_penalty` None: the checkpoint config's ``beam_size`` and
     ``length_penalty`` (beam search's alpha). `limit`: the first n pairs. `precision`: as in
     ``translate_sentences`` (not the checkpoint's); the result names the one that ran.
+    `max_input_len`: a source of more subwords is an error, as in ``translate`` (Multi30k's
+    longest has far fewer); None: no limit.
     """
-    _check_translate_args(1 if beam_size is None else beam_size, 1, limit)
+    if beam_size is not None:  # the config's was checked when it was read
+        _check_int("beam_size", beam_size, most=MAX_BEAM)
+    _check_int("limit", limit, optional=True)
+    _check_int("max_input_len", max_input_len, optional=True)
     device = device or default_device()
     resolve_precision(precision, device)  # a bad value fails before the model loads
     model, tok, cfg = load_model(checkpoint, device)
     pairs = load_multi30k(split, data_dir or cfg.data_dir, cfg.src_lang, cfg.tgt_lang,
                           limit=limit)
     scored = translate_and_score(model, tok, cfg, pairs, beam_size=beam_size,
-                                 length_penalty=length_penalty, precision=precision)
+                                 length_penalty=length_penalty, precision=precision,
+                                 max_input_len=max_input_len)
     return {"split": split, **scored}
 
 
@@ -390,6 +481,7 @@ def attention_maps(
     ``[layer][head][query][key]`` of weights rounded to 4 decimals. `max_len_a`, `max_len_b`:
     as in ``translate_sentences``. Used by chapter 8's figures.
     """
+    _check_decoding(1, 0.0, max_len_a, max_len_b, tok.get_vocab_size())
     device = _device_of(model)
     src_ids = encode_text(tok, sentence)  # ids + EOS
     src = torch.tensor([src_ids], device=device)

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from transformer_lib.training import Batch, LabelSmoothing, TrainState, rate, train_step
+from transformer_lib.translation._fileio import replace_file
 from transformer_lib.translation.checkpoint import (
     average_checkpoints,
     capture_rng_state,
@@ -50,6 +51,7 @@ from transformer_lib.translation.distributed import (
     all_gather,
     all_sum,
     barrier,
+    checked_device,
     default_device,
     join_process_group,
     leave_process_group,
@@ -57,7 +59,7 @@ from transformer_lib.translation.distributed import (
 )
 from transformer_lib.translation.inference import translate_and_score, validation_loss
 from transformer_lib.translation.precision import precision_note, resolve_precision
-from transformer_lib.translation.rundir import start_run
+from transformer_lib.translation.rundir import epoch_snapshots, start_run
 
 __all__ = ["RunState", "train", "make_optimizer", "lr_multiplier", "budget_spent"]
 
@@ -127,14 +129,15 @@ def train(
     every epoch's record names the precision it trained in.
 
     Raises before writing anything: ``LockHeld`` if another process trains in `run_dir`;
-    ``FileExistsError`` if `run_dir` holds a run and not `resume`; ``FileNotFoundError`` if
-    `resume` and `run_dir` does not exist; ``ValueError`` if `resume` and the config differs
+    ``FileExistsError`` if not `resume` and `run_dir` is not empty (a run, a checkpoint, any
+    file); ``FileNotFoundError`` if `resume` and `run_dir` holds no ``last`` checkpoint (or
+    does not exist); ``ValueError`` if `resume` and the config differs
     from the run's in a key outside ``RESUMABLE_CHANGES``. Raises ``FloatingPointError`` if
     the loss stops being finite: nothing after the last good checkpoint is saved.
     """
     cfg.validate()  # again: the fields of a dataclass can be assigned after it was made
     run_dir = Path(run_dir)
-    device = device or default_device()
+    device = default_device() if device is None else checked_device(device)
     joined = join_process_group(device)
     rank, world = rank_and_world()
     lock = start_run(cfg, run_dir, resume, rank, world)
@@ -143,11 +146,10 @@ def train(
             print(precision_note(cfg.precision, device, fast=cfg.fast), file=sys.stderr)
         run = _setup(cfg, run_dir, resume, device, rank, world)
         partial = _train_epochs(run, progress, on_step)
-        if rank == 0 and cfg.average_last > 1:
-            snaps = sorted(run_dir.glob("epoch_*"))[-cfg.average_last :]
-            if len(snaps) > 1:
-                run.model.load_state_dict(average_checkpoints(snaps), strict=False)
-                _save(run, run_dir / "averaged", resumable=False)
+        averaged = _average_snapshots(run_dir, cfg.average_last) if rank == 0 else None
+        if averaged is not None:
+            run.model.load_state_dict(averaged, strict=False)
+            _save(run, run_dir / "averaged", resumable=False)
     finally:
         if lock is not None:
             lock.release()
@@ -244,7 +246,7 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     last = run_dir / "last"
-    info = load_checkpoint(last, None) if resume and last.is_dir() else None
+    info = load_checkpoint(last, None) if resume else None  # rundir checked it is there
     data = _prepare_data(cfg, run_dir, info["tokenizer"] if info else None, rank, world)
     vocab = data.tok.get_vocab_size()
     model = cfg.build_model(vocab).to(device)
@@ -399,17 +401,26 @@ def _end_of_epoch(run: _Run, epoch: int, partial: bool, n_steps: int) -> dict[st
         if not partial:
             state.history.append(record)
         _save(run, run.run_dir / f"epoch_{epoch + 1:03d}", resumable=False)
-        for old in sorted(run.run_dir.glob("epoch_*"))[: -cfg.keep_last]:
-            shutil.rmtree(old)
+        _prune_snapshots(run.run_dir, cfg.keep_last)
         if record.get("val_bleu", -1.0) > state.best_bleu:
             state.best_bleu = record["val_bleu"]
             _save(run, run.run_dir / "best", resumable=False)
         history = state.history + ([record] if partial else [])
-        (run.run_dir / "history.json").write_text(
-            json.dumps(history, indent=2), encoding="utf-8"
-        )
+        replace_file(run.run_dir / "history.json", json.dumps(history, indent=2).encode("utf-8"))
     _save(run, run.run_dir / "last", resumable=True)
     return record
+
+
+def _prune_snapshots(run_dir: Path, keep: int) -> None:
+    """Delete all but the newest `keep` epoch snapshots."""
+    for old in epoch_snapshots(run_dir)[:-keep]:
+        shutil.rmtree(old)
+
+
+def _average_snapshots(run_dir: Path, n: int) -> dict[str, torch.Tensor] | None:
+    """The mean weights of the newest `n` epoch snapshots; None when fewer than two."""
+    snaps = epoch_snapshots(run_dir)[-n:] if n > 1 else []
+    return average_checkpoints(snaps) if len(snaps) > 1 else None
 
 
 def _save(run: _Run, path: Path, *, resumable: bool) -> None:

@@ -2,9 +2,9 @@
 
 Chapter 8 trained it. The files live inside the package
 (``transformer_lib/pretrained/multi30k_de_en/``): the weights in bfloat16 safetensors, the
-tokenizer, the training config and a manifest of SHA-256 sums that loading checks, as for every
-checkpoint (a changed or truncated file is refused). ``MODEL_CARD.md`` beside them says how the
-model was trained and what it scores.
+tokenizer, the training config, ``MODEL_CARD.md`` (how the model was trained and what it
+scores) and a manifest of the SHA-256 sums of all of them that loading checks, as for every
+checkpoint (a changed or truncated file is refused).
 
     >>> from transformer_lib import load_pretrained, translate_sentences
     >>> model, tok, cfg = load_pretrained()
@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from transformer_lib.translation.checkpoint import _read_manifest
+from transformer_lib.translation.distributed import checked_device
 from transformer_lib.translation.inference import load_model
 
 __all__ = ["PRETRAINED", "pretrained_path", "load_pretrained"]
@@ -52,10 +54,19 @@ def load_pretrained(
     """Load a shipped model: (model in eval mode, tokenizer, training Config).
 
     The weights are stored in bfloat16 and loaded into a float32 model (chapter 8 measures
-    that this does not move BLEU). Every file is checked against the manifest first.
-    `device`: where the model goes (default: CUDA if available, else the CPU). The config's
-    ``precision`` is the one it was trained in; ``translate_sentences`` runs "auto" (bf16 only
-    where the device has it natively) unless given ``precision``.
+    that this does not move BLEU). Every file of the folder, ``MODEL_CARD.md`` too, is checked
+    against the manifest first: a changed file, or one the manifest does not list, is refused.
+    `device`: where the model goes (default: CUDA if available, else the CPU; a device this
+    machine does not have is a ValueError naming it). The config's ``precision`` is the one it
+    was trained in; ``translate_sentences`` runs "auto" (bf16 only where the device has it
+    natively) unless given ``precision``.
     """
-    device = torch.device(device) if isinstance(device, str) else device
-    return load_model(pretrained_path(name), device)
+    device = None if device is None else checked_device(device)
+    path = pretrained_path(name)
+    listed = _read_manifest(path)["files"]  # checked: a mapping of file names
+    unlisted = sorted(p.name for p in path.iterdir()
+                      if p.name != "manifest.json" and p.name not in listed)
+    if unlisted:
+        raise ValueError(f"the shipped model {path} holds files that are not in its manifest: "
+                         f"{unlisted}; reinstall transformer_lib")
+    return load_model(path, device)

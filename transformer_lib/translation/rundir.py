@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from transformer_lib.translation._fileio import FileLock
+from transformer_lib.translation._fileio import FileLock, replace_file
 from transformer_lib.translation.checkpoint import load_checkpoint, recover_checkpoint
 from transformer_lib.translation.config import RESUMABLE_CHANGES, Config, config_from_saved
 from transformer_lib.translation.distributed import on_rank0_then_share
 from transformer_lib.translation.provenance import write_provenance
 
-__all__ = ["start_run", "check_run_dir", "check_same_config"]
+__all__ = ["start_run", "check_run_dir", "check_same_config", "epoch_snapshots"]
 
 
 def start_run(cfg: Config, run_dir: Path, resume: bool, rank: int, world: int) -> FileLock | None:
@@ -35,9 +36,8 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, rank: int, world: int) -
         lock = FileLock(run_dir / ".lock", what=f"run directory {run_dir}").acquire()
         try:
             check_run_dir(cfg, run_dir, resume)
-            (run_dir / "config.json").write_text(
-                json.dumps(dataclasses.asdict(cfg), indent=2), encoding="utf-8"
-            )
+            config = json.dumps(dataclasses.asdict(cfg), indent=2)
+            replace_file(run_dir / "config.json", config.encode("utf-8"))
             # which code on which machine made the numbers (tools/multi30k_report.py copies it)
             write_provenance(run_dir, resume=resume)
         except BaseException:
@@ -49,21 +49,63 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, rank: int, world: int) -
 
 
 def check_run_dir(cfg: Config, run_dir: Path, resume: bool) -> None:
-    """Refuse what would silently mix two runs in one directory (before anything is written)."""
-    last = run_dir / "last"
-    if resume and not run_dir.is_dir():
+    """Refuse what would silently mix two runs in one directory (before anything is written).
+
+    A new run needs an empty or missing directory: it writes config.json, tokenizer.json,
+    last/, best/ and more, over whatever has those names (a checkpoint's own files, another
+    run's). A resume needs the run's ``last`` checkpoint: without it a "resumed" run would be
+    a new one, written over the old run's files, and the config check would have nothing to
+    compare with.
+    """
+    held = _contents(run_dir)
+    if not resume:
+        if held:
+            raise FileExistsError(_occupied(run_dir, held))
+        return
+    if not run_dir.is_dir():
         raise FileNotFoundError(
             f"run directory {run_dir} does not exist, so there is nothing to resume; "
             "start a new run without resume (--resume)"
         )
-    has_checkpoint = recover_checkpoint(last)
-    if not resume and (has_checkpoint or (run_dir / "history.json").exists()):
-        raise FileExistsError(
-            f"{run_dir} already holds a run; continue it with resume (--resume), "
-            "or choose another run directory"
-        )
-    if resume and has_checkpoint:
-        check_same_config(cfg, load_checkpoint(last, None)["config"], last)
+    last = run_dir / "last"
+    if not recover_checkpoint(last):
+        raise FileNotFoundError(_nothing_to_resume(run_dir, held))
+    check_same_config(cfg, load_checkpoint(last, None)["config"], last)
+
+
+def _contents(run_dir: Path) -> list[str]:
+    """What `run_dir` holds, but for the run's own lock (taken before the check)."""
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.name for p in run_dir.iterdir() if p.name != ".lock")
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def _occupied(run_dir: Path, held: list[str]) -> str:
+    if "manifest.json" in held:
+        return (f"{run_dir} is a checkpoint directory (it holds {_listed(held)}); a new run "
+                "would overwrite it: choose another run directory")
+    if "last" in held or "history.json" in held:
+        return (f"{run_dir} already holds a run ({_listed(held)}); continue it with resume "
+                "(--resume), or choose another run directory")
+    return (f"{run_dir} is not empty (it holds {_listed(held)}); a new run would write over or "
+            "beside these: choose another run directory, or an empty one")
+
+
+def _nothing_to_resume(run_dir: Path, held: list[str]) -> str:
+    if not held:
+        return (f"run directory {run_dir} is empty, so there is nothing to resume; start a new "
+                "run without resume (--resume)")
+    if "manifest.json" in held:
+        return (f"{run_dir} is a checkpoint, not a run directory, so there is nothing to "
+                "resume; resume the run directory that holds last/, or start a new run in "
+                "another directory")
+    return (f"cannot resume {run_dir}: {run_dir / 'last'} is missing, so there is no saved state "
+            f"to continue from (the directory holds {_listed(held)}); start a new run in "
+            "another directory, or delete these files first")
 
 
 def check_same_config(cfg: Config, saved: dict[str, Any], where: Path) -> None:
@@ -83,6 +125,20 @@ def check_same_config(cfg: Config, saved: dict[str, Any], where: Path) -> None:
             f"{sorted(RESUMABLE_CHANGES)} may change on resume: restore the other values, or "
             "start a new run in another directory"
         )
+
+
+def epoch_snapshots(run_dir: Path) -> list[Path]:
+    """The run's per-epoch snapshots ``epoch_<n>``, oldest first.
+
+    Sorted by the number, not the name: after ``epoch_999`` comes ``epoch_1000``, which sorts
+    first as text, and keeping or averaging "the last k" would take the old ones. Other names
+    (``epoch_3.bak``) are not snapshots of this run.
+    """
+    numbered = []
+    for path in run_dir.glob("epoch_*"):
+        if m := re.fullmatch(r"epoch_([0-9]+)", path.name):
+            numbered.append((int(m[1]), path))
+    return [path for _, path in sorted(numbered)]
 
 
 def _jsonable(v: Any) -> Any:
