@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 
 from transformer_lib import translation
 from transformer_lib.model import count_parameters
+from transformer_lib.translation.config import MAX_BEAM, MAX_LENGTH_PENALTY
 from transformer_lib.translation.data import load_multi30k
 from transformer_lib.translation.provenance import PROVENANCE_FILE, provenance, read_provenance
 
@@ -77,6 +79,13 @@ def check_inputs(args: argparse.Namespace) -> str | None:
                 f"checkpoints scored ({present})")
     if args.limit is not None and args.limit < 1:
         return f"--limit {args.limit}: must be at least 1"
+    if not 2 <= args.beam <= MAX_BEAM:  # greedy is scored anyway; --beam is the beam search's
+        return f"--beam {args.beam}: must be from 2 to {MAX_BEAM} (greedy is always scored too)"
+    bad = [a for a in args.length_penalties or [] if not 0 <= a <= MAX_LENGTH_PENALTY]
+    if bad:  # nan fails the test too
+        return f"--length-penalties {bad}: each must be from 0 to {MAX_LENGTH_PENALTY:g}"
+    if args.wall_minutes is not None and not 0 <= args.wall_minutes < math.inf:
+        return f"--wall-minutes {args.wall_minutes}: must be a number of minutes >= 0"
     if args.length_penalties and args.system != "validation":
         return "--length-penalties needs --system validation (alpha is chosen on validation)"
     out = args.out.resolve()

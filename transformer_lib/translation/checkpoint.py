@@ -483,6 +483,9 @@ def average_checkpoints(
     tensor's dtype; integer buffers are taken from the last checkpoint. Tied names share one
     tensor in the result, which loads with ``model.load_state_dict(..., strict=True)``.
     """
+    if isinstance(paths, (str, Path)):  # a str's characters would be read as paths
+        raise ValueError(f"paths must be a list of checkpoint directories, got {str(paths)!r}; "
+                         "pass [path] for one")
     if len(paths) == 0:
         raise ValueError("paths must name at least one checkpoint, got none")
     paths = [Path(p) for p in paths]

@@ -385,7 +385,7 @@ def _read_lines(path: str, name: str, limit: int | None) -> tuple[list[str], int
 
     Read as a stream of at most ``MAX_TEXT_BYTES``: ``gzip.decompress`` of the whole file
     would hold all of a small file that unpacks to gigabytes. Lines split as in
-    ``data.split_lines``; a "\\r" before the newline is dropped.
+    ``data.split_lines``; a "\\r" before the newline is dropped, and a byte order mark.
     """
     import gzip
     import zlib
@@ -407,6 +407,7 @@ def _read_lines(path: str, name: str, limit: int | None) -> tuple[list[str], int
                 count += 1
                 try:
                     text = raw.removesuffix(b"\n").decode("utf-8").rstrip("\r")
+                    text = text.removeprefix("\ufeff") if count == 1 else text  # a BOM
                 except UnicodeDecodeError:
                     raise ValueError(f"{name} {path!r}: line {count} is not valid UTF-8") from None
                 if limit is None or count <= limit:

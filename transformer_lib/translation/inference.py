@@ -227,7 +227,10 @@ def translate_sentences(
     _check_decoding(beam_size, length_penalty, max_len_a, max_len_b, tok.get_vocab_size())
     _check_int("batch_size", batch_size)
     _check_int("max_input_len", max_input_len, optional=True)
-    _check_sentences(sentences)
+    # a list first: a generator checked by iterating it would then translate nothing, and a
+    # byte order mark (a UTF-8 file's first line, from Notepad) is no part of a sentence
+    sentences = _check_sentences(sentences)
+    sentences = [s.removeprefix("\ufeff") for s in sentences]
     limit = source_length_limit(model, max_input_len)
     encoded, keep = _encode_sources(tok, sentences, limit, on_too_long)  # ids + EOS
     keep = [i for i in keep if sentences[i].strip()]  # nothing to translate: "", not "A man."
@@ -245,13 +248,16 @@ def translate_sentences(
     return out
 
 
-def _check_sentences(sentences: Any) -> None:
+def _check_sentences(sentences: Any) -> list[str]:
+    """`sentences` as a list, checked: each a string."""
     if isinstance(sentences, (str, bytes)):  # iterating it would translate each character
         raise ValueError(f"sentences must be a list of strings, got a "
                          f"{type(sentences).__name__}; pass [text] for one sentence")
+    sentences = list(sentences)
     bad = next(((i, s) for i, s in enumerate(sentences) if not isinstance(s, str)), None)
     if bad is not None:
         raise ValueError(f"sentences[{bad[0]}] must be a string, got {bad[1]!r}")
+    return sentences
 
 
 def _decode_batch(model: nn.Module, sources: list[list[int]], *, beam_size: int,
