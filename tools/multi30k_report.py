@@ -186,8 +186,12 @@ def score_on_test(args: argparse.Namespace, present: list[str], alpha: float,
         settings.append((args.beam, alpha))
     for ckpt in present:
         for beam, a in settings:
-            res = translation.evaluate(args.run / ckpt, "test", beam_size=beam, limit=args.limit,
-                                       **({} if a is None else {"length_penalty": a}))
+            # the run's alpha, given explicitly: a checkpoint saved before a resume that changed
+            # length_penalty holds the old one, and its score would be filed under the new one
+            alpha_used = a if a is not None else config_alpha if beam > 1 else None
+            res = translation.evaluate(
+                args.run / ckpt, "test", beam_size=beam, limit=args.limit,
+                **({} if alpha_used is None else {"length_penalty": alpha_used}))
             if a is None:
                 key = f"{ckpt}_{'greedy' if beam == 1 else f'beam{beam}'}"
                 entry = {"checkpoint": ckpt, "beam_size": beam}

@@ -210,7 +210,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "evaluate":
         if (args.src is None) != (args.ref is None):
             raise _UsageError("--src and --ref go together")
-        output = _writable(args.output) if args.output else None  # before the work it keeps
+        # before the work it keeps; "" (an unset shell variable) is no name to skip writing
+        output = _writable(args.output, args.src, args.ref) if args.output is not None else None
         if args.src is not None:
             result = _evaluate_files(args)
         else:
@@ -239,6 +240,9 @@ def _translate(args: argparse.Namespace) -> int:
 
     model, tok, cfg = inference.load_model(_checkpoint(args))
     beam = cfg.beam_size if args.beam is None else args.beam
+    if beam == 1 and args.length_penalty is not None:  # greedy would ignore it, silently
+        raise _UsageError("--length-penalty applies to beam search, and the checkpoint's "
+                          "beam_size is 1: add --beam 2 or more")
     translate = functools.partial(
         inference.translate_sentences, model, tok, beam_size=beam,
         max_input_len=args.max_input_len, precision=args.precision,
@@ -331,17 +335,28 @@ def _checkpoint(args: argparse.Namespace) -> Path:
     """--checkpoint, or the directory of the model that ships with the package."""
     from transformer_lib.translation.pretrained import pretrained_path
 
-    return Path(args.checkpoint) if args.checkpoint else pretrained_path()
+    if args.checkpoint is None:
+        return pretrained_path()
+    if not args.checkpoint.strip():  # an unset shell variable: not a wish for the shipped model
+        raise _UsageError("--checkpoint is empty: name a checkpoint directory, or leave "
+                          "--checkpoint out for the shipped model")
+    return Path(args.checkpoint)
 
 
-def _writable(path: str) -> Path:
+def _writable(path: str, *inputs: str | None) -> Path:
     """--output, checked before any work: a bad path found after decoding loses the evaluation.
 
-    The check makes and removes a file beside it, as ``_write_whole`` will.
+    The check makes and removes a file beside it, as ``_write_whole`` will. It must not be one
+    of the `inputs` (--src, --ref): the result would replace the text it scores.
     """
     p = Path(path)
+    if not path.strip():
+        raise ValueError("--output '' is empty: name the JSON file to write")
     if p.is_dir():
         raise ValueError(f"--output {path!r} is a directory")
+    for name, other in zip(("--src", "--ref"), inputs):
+        if other and p.exists() and Path(other).exists() and p.samefile(other):
+            raise ValueError(f"--output {path!r} is the {name} file: it would be overwritten")
     if not p.parent.is_dir():
         what = "is not a folder" if p.parent.exists() else "does not exist"
         raise ValueError(f"--output {path!r}: its folder {str(p.parent)!r} {what}")

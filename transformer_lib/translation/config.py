@@ -392,8 +392,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
     try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
+        # a byte order mark (Notepad's UTF-8) is no TOML statement: read past it
+        raw = tomllib.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"config {path} is not valid TOML: {e}") from e
     except UnicodeDecodeError as e:  # TOML is UTF-8; the codec's message names no file

@@ -238,7 +238,10 @@ def translate_sentences(
     model.eval()
     out: list[str] = [""] * len(sentences)
     per_batch = batch_size if beam_size == 1 else max(1, batch_size // beam_size)
-    for idx in _batched(encoded, keep, per_batch):
+    # beam search with one length limit per batch: a sentence's translation must not depend
+    # on the sentences decoded beside it (greedy rows are cut to their own limit instead)
+    same = None if beam_size == 1 else (lambda n: _out_len(n, max_len_a, max_len_b, None))
+    for idx in _batched(encoded, keep, per_batch, same):
         hyps = _decode_batch(model, [encoded[i] for i in idx], beam_size=beam_size,
                              length_penalty=length_penalty, max_len_a=max_len_a,
                              max_len_b=max_len_b, precision=precision)
@@ -254,9 +257,14 @@ def _check_sentences(sentences: Any) -> list[str]:
         raise ValueError(f"sentences must be a list of strings, got a "
                          f"{type(sentences).__name__}; pass [text] for one sentence")
     sentences = list(sentences)
-    bad = next(((i, s) for i, s in enumerate(sentences) if not isinstance(s, str)), None)
-    if bad is not None:
-        raise ValueError(f"sentences[{bad[0]}] must be a string, got {bad[1]!r}")
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str):
+            raise ValueError(f"sentences[{i}] must be a string, got {s!r}")
+        try:  # the tokenizer takes only text that UTF-8 can hold: no lone surrogates
+            s.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"sentences[{i}] is not valid Unicode text: character "
+                             f"{e.start} is a lone surrogate ({s[e.start]!a})") from None
     return sentences
 
 
@@ -271,20 +279,38 @@ def _decode_batch(model: nn.Module, sources: list[list[int]], *, beam_size: int,
         src[row, : len(ids)] = torch.tensor(ids)
     src = src.to(device)  # (B, S)
     src_mask = (src != PAD).unsqueeze(-2)  # (B, 1, S)
-    out_len = max(2, int(max_len_a * width + max_len_b))  # <s> counts towards it
-    out_len = min(out_len, cap) if cap is not None else out_len
+    out_len = _out_len(width, max_len_a, max_len_b, cap)
     with autocast(precision, device):
         if beam_size == 1:
-            return greedy_decode(model, src, src_mask, out_len, BOS, EOS).tolist()
+            rows = greedy_decode(model, src, src_mask, out_len, BOS, EOS).tolist()
+            # each row within its own limit: greedy's first n tokens do not depend on the rest
+            return [row[: _out_len(len(ids), max_len_a, max_len_b, cap)]
+                    for row, ids in zip(rows, sources)]
         results = beam_search(model, src, src_mask, out_len, BOS, EOS,
                               beam_size=beam_size, length_penalty=length_penalty)
     return [r[0][0].tolist() for r in results]
 
 
-def _batched(items: Sequence, keep: list[int], size: int) -> Iterator[list[int]]:
+def _out_len(width: int, max_len_a: float, max_len_b: int, cap: int | None) -> int:
+    """Output tokens (``<s>`` counts) allowed for a source of `width` ids + EOS."""
+    out_len = max(2, int(max_len_a * width + max_len_b))
+    return min(out_len, cap) if cap is not None else out_len
+
+
+def _batched(items: Sequence, keep: list[int], size: int,
+             same: Callable[[int], Any] | None = None) -> Iterator[list[int]]:
+    """Batches of at most `size` indices of similar length; with `same`, a batch's items
+    agree on ``same(len(item))``."""
     order = sorted(keep, key=lambda i: len(items[i]))  # similar lengths together
-    for i in range(0, len(order), size):
-        yield order[i : i + size]
+    batch: list[int] = []
+    for i in order:
+        if batch and (len(batch) == size or (
+                same is not None and same(len(items[i])) != same(len(items[batch[0]])))):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
 
 
 def _cut(ids: list[int]) -> list[int]:
@@ -377,6 +403,9 @@ def translate_and_score(
     if len(pairs) == 0:
         raise ValueError("pairs is empty: there is nothing to score")
     beam_size = cfg.beam_size if beam_size is None else beam_size
+    if beam_size == 1 and length_penalty is not None:  # greedy would ignore it, silently
+        raise ValueError(f"length_penalty {length_penalty} applies to beam search, but the beam "
+                         "size is 1 (greedy decoding): give a beam size of 2 or more")
     kwargs = cfg.decode_kwargs(length_penalty)
     device = _device_of(model)
     used = resolve_precision(precision, device)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import shutil
 import sys
@@ -79,6 +80,36 @@ class RunState(TrainState):
     # resumed epoch reports the loss of the whole epoch, not of the steps after the resume.
     epoch_loss: float = 0.0
     epoch_tokens: int = 0
+
+
+def _saved_state(saved: Any, where: Path) -> RunState:
+    """The RunState a checkpoint saved, checked: a ValueError naming it, not a TypeError deep
+    in the loop or a run that silently trains the wrong number of steps."""
+    fields = {f.name: f for f in dataclasses.fields(RunState)}
+    problem = None
+    if not isinstance(saved, dict) or not {"step", "epoch"} <= saved.keys():
+        problem = "it must be an object with at least step and epoch"
+    elif unknown := sorted(set(saved) - set(fields)):
+        problem = f"unknown key(s) {unknown}"
+    else:
+        for k, v in saved.items():
+            kind = getattr(fields[k].type, "__name__", fields[k].type)  # a class, or its name
+            if kind == "int" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                problem = f"{k} must be an integer >= 0, got {v!r}"
+            elif kind == "float" and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                      or not math.isfinite(v) or v < -1):
+                problem = f"{k} must be a finite number, got {v!r}"
+            elif kind == "list" and not (isinstance(v, list)
+                                         and all(isinstance(r, dict) for r in v)):
+                problem = f"{k} must be a list of objects, got {v!r:.60}"
+            if problem:
+                break
+        else:
+            if saved.get("step_in_epoch", 0) > saved["step"]:
+                problem = f"step_in_epoch {saved['step_in_epoch']} exceeds step {saved['step']}"
+    if problem:
+        raise ValueError(f"checkpoint {where}: its train_state is not one a run saved ({problem})")
+    return RunState(**saved)
 
 
 class _Data(NamedTuple):
@@ -256,7 +287,7 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
     if info is not None:
         info = load_checkpoint(last, model, optimizer, scheduler, map_location=device)
         # in place: the schedule reads this object's progress
-        vars(state).update(vars(RunState(**info["train_state"])))
+        vars(state).update(vars(_saved_state(info["train_state"], last)))
         saved_step = state.step
         # Every process continues from its own random state (dropout masks, shuffling).
         # Checkpoints written before the states had their own slot kept them in `extra`.

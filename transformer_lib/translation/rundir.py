@@ -74,10 +74,14 @@ def check_run_dir(cfg: Config, run_dir: Path, resume: bool) -> None:
 
 
 def _contents(run_dir: Path) -> list[str]:
-    """What `run_dir` holds, but for the run's own lock (taken before the check)."""
+    """What `run_dir` holds, but for the run's own lock (taken before the check) and the
+    temporary files of writes that a kill interrupted (``.config.json.tmp-*``): never data,
+    they would otherwise make a directory that a run was killed in a moment after it started
+    refuse both a new run and a resume."""
     if not run_dir.is_dir():
         return []
-    return sorted(p.name for p in run_dir.iterdir() if p.name != ".lock")
+    return sorted(p.name for p in run_dir.iterdir()
+                  if p.name != ".lock" and not re.fullmatch(r"\.[^/]+\.tmp-.+", p.name))
 
 
 def _listed(names: list[str]) -> str:
