@@ -96,9 +96,12 @@ def test_each_make_command_of_the_readme_runs_its_tasks_py_twin(monkeypatch, cap
         return capsys.readouterr().out
 
     for make, twin in pairs:
+        # a fresh make, not a sub-make of the one running these tests (`make test`): that
+        # would print "make[1]: Entering directory" lines among the recipe
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
         recipe = subprocess.run(
-            ["make", "-n", *shlex.split(make)[1:]], cwd=ROOT, capture_output=True, text=True,
-            check=True,
+            ["make", "-n", "--no-print-directory", *shlex.split(make)[1:]], cwd=ROOT,
+            capture_output=True, text=True, check=True, env=env,
         ).stdout.splitlines()  # fmt: skip
         assert recipe, f"`{make}` runs nothing"
         via_make = ""
