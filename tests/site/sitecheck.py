@@ -97,10 +97,18 @@ def notebook_outputs(nb: dict) -> list[dict]:
     return [out for cell in nb.get("cells", []) for out in cell.get("outputs", []) or []]
 
 
+# Cells whose outputs Jupyter Book leaves off the page (https://jupyterbook.org/en/stable/
+# interactive/hiding.html): their figures are in the notebook but not on the page.
+NOT_ON_THE_PAGE = {"remove-cell", "remove-output"}
+
+
 def count_book_figures(nb: dict) -> int:
-    """How many figures transformer_lib.viz's `book` renderer wrote into the notebook."""
+    """How many figures transformer_lib.viz's `book` renderer wrote into the notebook, in
+    cells whose output the page shows."""
+    shown = {"cells": [c for c in nb.get("cells", [])
+                       if not NOT_ON_THE_PAGE & set(c.get("metadata", {}).get("tags", []))]}
     n = 0
-    for out in notebook_outputs(nb):
+    for out in notebook_outputs(shown):
         html = out.get("data", {}).get("text/html", "")
         html = "".join(html) if isinstance(html, list) else html
         n += html.count('class="book-figure"')
