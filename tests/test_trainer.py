@@ -139,10 +139,14 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
             # Adam (eps 1e-9) scales up to full-size steps. Compare the query and value parts.
             d = x.numel() // 3
             x, y = torch.cat([x[:d], x[2 * d :]]), torch.cat([y[:d], y[2 * d :]])
-        # atol: Adam divides by sqrt(v), so an element with a tiny gradient moves by about the
+        # Adam divides by sqrt(v), so an element with a tiny gradient moves by about the
         # learning rate whatever its size, and rounding differences in such gradients show up
-        # at 1e-5..1e-4 after a few dozen steps (seen with a different but equivalent LayerNorm).
-        assert_close(x, y, rtol=1e-4, atol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
+        # as single elements off by 1e-5..3e-4 after a few dozen steps (1.3e-4 in 3 of 2,048
+        # on an AVX-512 CPU). So: every element within 5e-4, and the tensor as a whole close
+        # (ranks that did not share their gradients differ in every element, by far more).
+        assert_close(x, y, rtol=1e-4, atol=5e-4, msg=lambda m, k=k: f"{k}: {m}")
+        diff = (x - y).abs()
+        assert diff.mean() < 1e-5 and (diff > 1e-4).float().mean() < 0.01, k
     for r_single, r_ddp in zip(single["history"], ddp_history):
         assert r_ddp["train_loss"] == pytest.approx(r_single["train_loss"], rel=1e-4)
         assert r_ddp["val_loss"] == pytest.approx(r_single["val_loss"], rel=1e-4)
