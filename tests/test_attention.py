@@ -17,6 +17,7 @@ from transformer_lib.attention import (
     AdditiveAttention,
     attention,
     check_mask,
+    check_positive_int,
     check_probability,
     masked_softmax,
 )
@@ -416,6 +417,39 @@ def test_check_probability_accepts_other_real_types():
 def test_check_probability_rejects_with_the_given_name(p, match):
     with pytest.raises(ValueError, match=match):
         check_probability(p, "p_drop")
+
+
+def test_check_positive_int_returns_a_python_int():
+    assert check_positive_int(1, "h") == 1 and type(check_positive_int(8, "h")) is int
+    np = pytest.importorskip("numpy")
+    got = check_positive_int(np.int64(6), "N")
+    assert got == 6 and type(got) is int
+
+
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        (0, r"N must be a positive integer, got 0"),
+        (-2, r"N must be a positive integer, got -2"),
+        # True is the int 1 to Python: it would build one layer
+        (True, r"N must be a positive integer, got True"),
+        (False, r"N must be a positive integer, got False"),
+        (6.0, r"N must be a positive integer, got 6.0"),
+        ("6", r"N must be a positive integer, got '6'"),
+        (None, r"N must be a positive integer, got None"),
+        (torch.tensor(6), r"N must be a positive integer, got tensor\(6\)"),
+    ],
+)
+def test_check_positive_int_rejects_with_the_given_name(value, match):
+    with pytest.raises(ValueError, match=match):
+        check_positive_int(value, "N")
+
+
+def test_check_positive_int_rejects_numpy_bool_and_zero():
+    np = pytest.importorskip("numpy")
+    for value in (np.bool_(True), np.int64(0), np.float64(3.0)):
+        with pytest.raises(ValueError, match="h must be a positive integer"):
+            check_positive_int(value, "h")
 
 
 def test_check_probability_default_name_is_dropout():

@@ -5,6 +5,7 @@ self-contained, accessible SVG that fits a page column."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -21,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "book" / "figures"
 SVG_NS = "{http://www.w3.org/2000/svg}"
 GENERIC_FONTS = {"sans-serif", "monospace", "serif"}
-# One page column: a viewBox this wide shows the text at a readable size (not a poster, not a
-# thumbnail); labels below MIN_FONT units would be smaller than about 8 px on the page.
-MIN_WIDTH, MAX_WIDTH, MIN_FONT = 700, 900, 10
+# About one page column wide (not a poster, not a thumbnail); whether the labels are readable
+# is checked in pixels on the page, below (test_labels_are_at_least_12_px_where_...).
+MIN_WIDTH, MAX_WIDTH, MIN_FONT = 600, 900, 10
 MAX_BYTES = 40_000
 EXPECTED = {
     "architecture.svg",
@@ -36,6 +37,9 @@ EXPECTED = {
     "teacher_forcing.svg",
     "kv_cache.svg",
     "path_length.svg",
+    "seq2seq.svg",
+    "bahdanau.svg",
+    "norm_placement.svg",
 }
 
 
@@ -180,3 +184,130 @@ def test_readme_describes_every_drawing():
         assert len(section) == 2, f"README.md has no section for {name}"
         body = section[1].split("\n## ", 1)[0]
         assert "Alt text:" in body and "Caption:" in body, f"README.md, {name}"
+
+
+# ------------------------------------------------------------------ label size on the page
+# The width of the book's text column, in CSS px: sphinx-book-theme 1.3 on pydata-sphinx-theme
+# 0.17 at the 1280 x 900 viewport of the site tests (tests/site/sitecheck.py). The page is 1280
+# px wide (the theme caps it at 88rem = 1408); the left sidebar takes 20% (256), leaving 1024
+# for the main column; from 1200 px up the right-hand "contents" sidebar takes 17rem (272), so
+# the article is 752 px, and its padding of 2rem on each side leaves 688 px for a figure.
+# (Wider windows give up to 790 px; between 1200 and 1280 it is 624 to 688.)
+COLUMN_PX = 688
+MIN_LABEL_PX = 12
+# Sub- and superscripts are drawn at 70% of their label (svg.rich); they are held to 70% of it.
+MIN_SCRIPT_PX = 0.7 * MIN_LABEL_PX
+FIGURE_DIRECTIVE = re.compile(r"```\{figure\}[ \t]*(\S+)[ \t]*\n((?:[ \t]*:[\w-]+:.*\n)*)")
+CHAPTERS = ROOT / "chapters"
+
+
+def _markdown_sources() -> dict[str, str]:
+    """Where the book's figures are placed: chapters' markdown cells and book/*.md pages."""
+    out = {}
+    for nb in sorted(CHAPTERS.glob("*.ipynb")):
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        for i, cell in enumerate(cells):
+            if cell["cell_type"] == "markdown":
+                out[f"{nb.name} cell {i}"] = "".join(cell["source"]) + "\n"
+    for md in sorted((ROOT / "book").glob("*.md")):
+        out[md.name] = md.read_text(encoding="utf-8") + "\n"
+    return out
+
+
+def figure_uses(sources: dict[str, str]) -> dict[str, list[tuple[str, str | None]]]:
+    """Drawing file name -> [(where, the figure's :width: option or None), ...]."""
+    uses: dict[str, list[tuple[str, str | None]]] = {}
+    for where, text in sources.items():
+        for m in FIGURE_DIRECTIVE.finditer(text):
+            width = re.search(r"^[ \t]*:width:[ \t]*(\S+)", m.group(2), re.M)
+            uses.setdefault(Path(m.group(1)).name, []).append(
+                (where, width.group(1) if width else None)
+            )
+    return uses
+
+
+def display_px(width: str | None, natural: float, column: float = COLUMN_PX) -> float:
+    """How wide the browser shows an <img> of natural width `natural` in a figure whose
+    :width: is `width` (a percentage of the column, or pixels), at most the column."""
+    if width is None:  # the SVG's own width attribute, shrunk to the column (max-width: 100%)
+        return min(natural, column)
+    if width.endswith("%"):
+        return float(width[:-1]) / 100 * column
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(px)?", width)
+    if m is None:
+        raise ValueError(f"unsupported :width: {width!r} (use a percentage or px)")
+    return min(float(m.group(1)), column)
+
+
+def smallest_text_px(svg_text: str, shown_px: float) -> tuple[float, float]:
+    """The smallest label and the smallest sub/superscript, in px, of an SVG shown `shown_px`
+    wide: font-size in viewBox units times shown width / viewBox width."""
+    root = ET.fromstring(svg_text)
+    scale = shown_px / float(root.get("viewBox").split()[2])
+    labels = [float(t.get("font-size")) for t in root.iter(f"{SVG_NS}text")]
+    scripts = [float(t.get("font-size")) for t in root.iter(f"{SVG_NS}tspan") if t.get("font-size")]
+    return min(labels) * scale, min(scripts or labels) * scale
+
+
+def label_problems(name: str, svg_text: str, uses: list[tuple[str, str | None]]) -> list[str]:
+    """Every place where drawing `name` would show a label under 12 px (or a sub/superscript
+    under 70% of that); a drawing no page uses yet is measured at its natural width."""
+    natural = float(ET.fromstring(svg_text).get("width"))
+    problems = []
+    for where, width in uses or [("(not placed yet: natural width)", None)]:
+        shown = display_px(width, natural)
+        label, script = smallest_text_px(svg_text, shown)
+        if label < MIN_LABEL_PX or script < MIN_SCRIPT_PX:
+            problems.append(
+                f"{name} in {where} (:width: {width}, {shown:.0f} px wide): smallest label "
+                f"{label:.1f} px, smallest sub/superscript {script:.1f} px"
+            )
+    return problems
+
+
+def test_every_figure_directive_shows_an_existing_drawing():
+    uses = figure_uses(_markdown_sources())
+    assert uses, "no {figure} directive found: has the pattern broken?"
+    assert set(uses) <= {p.name for p in FIGURES.glob("*.svg")}, sorted(uses)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_labels_are_at_least_12_px_where_the_book_shows_them(name):
+    uses = figure_uses(_markdown_sources()).get(name, [])
+    svg_text = (FIGURES / name).read_text(encoding="utf-8")
+    assert label_problems(name, svg_text, uses) == []
+
+
+def test_the_label_size_check_fails_on_an_8_px_label():
+    # an 800-unit drawing with 10-unit labels in a 90% figure: 10 * 619 / 800 = 7.7 px
+    small = svglib.Svg(800, 200, "t", "d")
+    small.text(10, 20, "tiny", size=10)
+    text = small.render()
+    [problem] = label_problems("small.svg", text, [("ch", "90%")])
+    assert "smallest label 7.7 px" in problem
+    # the same drawing passes once its labels are 16 units (12.4 px) ...
+    big = svglib.Svg(800, 200, "t", "d")
+    big.text(10, 20, "big enough", size=16)
+    assert label_problems("big.svg", big.render(), [("ch", "90%")]) == []
+    # ... but not where a page shows it narrower, and a subscript counts at its own size
+    assert label_problems("big.svg", big.render(), [("ch", "90%"), ("ch", "500px")])
+    big.text(10, 40, "d_{k}", size=16)  # the "k" is 11.2 units: 8.7 px in a 90% figure
+    assert label_problems("big.svg", big.render(), [("ch", "90%")]) == []
+    big.text(10, 60, "d_{k}", size=13)  # 13 units is 10 px, its "k" 7 px
+    assert len(label_problems("big.svg", big.render(), [("ch", "90%")])) == 1
+
+
+def test_figure_widths_are_read_from_the_directives():
+    page = (
+        "text\n```{figure} ../book/figures/a.svg\n:alt: A.\n:width: 80%\n"
+        ":name: fig-a\n\nCap.\n```\n"
+        "```{figure} figures/b.svg\n:name: fig-b\n\nCap.\n```\n"
+        "```{figure} ../book/figures/a.svg\n:width: 400px\n```\n"
+    )
+    uses = figure_uses({"page": page})
+    assert uses == {"a.svg": [("page", "80%"), ("page", "400px")], "b.svg": [("page", None)]}
+    assert display_px("80%", 900) == pytest.approx(0.8 * COLUMN_PX)
+    assert display_px("400px", 900) == 400 and display_px("2000", 900) == COLUMN_PX
+    assert display_px(None, 640) == 640 and display_px(None, 900) == COLUMN_PX
+    with pytest.raises(ValueError, match="unsupported"):
+        display_px("30em", 900)

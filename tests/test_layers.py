@@ -94,7 +94,8 @@ def test_embeddings_reject_non_integer_ids(bad):
     ("kwargs", "match"),
     [
         (dict(vocab=0, d_model=8), "vocab must be a positive"),
-        (dict(vocab=5, d_model=0), "d_model must be positive"),
+        (dict(vocab=5, d_model=0), "d_model must be a positive integer"),
+        (dict(vocab=5.0, d_model=8), "vocab must be a positive integer"),
         (dict(vocab=5, d_model=8, padding_idx=5), r"padding_idx must be in \[0, vocab=5\)"),
     ],
 )
@@ -147,7 +148,7 @@ def test_layer_norm_is_per_position_and_differs_from_unbiased_variant():
 
 
 def test_layer_norm_errors():
-    with pytest.raises(ValueError, match="features must be positive"):
+    with pytest.raises(ValueError, match="features must be a positive integer"):
         LayerNorm(0)
     with pytest.raises(ValueError, match="eps must be positive"):
         LayerNorm(4, eps=0.0)
@@ -271,8 +272,10 @@ def test_ffn_is_position_wise(seq, seed):
 def test_ffn_errors():
     with pytest.raises(ValueError, match="activation must be 'relu' or 'gelu'"):
         PositionwiseFeedForward(8, 32, activation="tanh")
-    with pytest.raises(ValueError, match="d_model and d_ff must be positive"):
+    with pytest.raises(ValueError, match="d_ff must be a positive integer, got 0"):
         PositionwiseFeedForward(8, 0)
+    with pytest.raises(ValueError, match="d_model must be a positive integer"):
+        PositionwiseFeedForward(True, 32)
     with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\)"):
         PositionwiseFeedForward(8, 32, dropout=-0.1)
 
@@ -288,6 +291,8 @@ def test_clones_are_independent_deep_copies():
     assert not torch.equal(stack[0].weight, stack[1].weight)
     with pytest.raises(ValueError, match="N must be a positive integer"):
         clones(layer, 0)
+    with pytest.raises(ValueError, match="N must be a positive integer, got True"):
+        clones(layer, True)
 
 
 # ---------------------------------------------------------------- encoder

@@ -130,7 +130,8 @@ def test_device_and_dtype_are_honoured():
     "kwargs,match",
     [
         (dict(seq_len=4, d_model=5), "d_model must be even"),
-        (dict(seq_len=4, d_model=0), "d_model must be a positive even integer"),
+        (dict(seq_len=4, d_model=0), "d_model must be a positive integer"),
+        (dict(seq_len=4, d_model=True), "d_model must be a positive integer"),
         (dict(seq_len=-1, d_model=4), "seq_len must be an integer >= 0"),
         (dict(seq_len=2.5, d_model=4), "seq_len must be an integer"),
         (dict(seq_len=4, d_model=4, base=0.0), "base must be a finite number > 0"),

@@ -8,7 +8,7 @@ drawing tool.
     python tools/draw_figures.py           # (re)write every file in book/figures/
     python tools/draw_figures.py --check   # exit 1 if a committed drawing differs from this script
 
-Every drawing has a <title> and a <desc>, a viewBox about 700-900 units wide (one page column),
+Every drawing has a <title> and a <desc>, a viewBox about 640-900 units wide (one page column),
 generic font families only, and no external reference. Each box's label is checked against an
 estimate of its width in DejaVu Sans (the widest common sans-serif), so a label that would
 overflow its box fails here instead of on the page. Output is deterministic: the same script

@@ -1,7 +1,8 @@
 """Evaluate a finished Multi30k run and write the results file chapter 8 reads.
 
-    python tools/multi30k_report.py --run runs/multi30k_small --out results/multi30k.json \
-        --command "python -m transformer_lib train --config configs/multi30k_small.toml ..."
+    python tools/multi30k_report.py --run runs/multi30k_shipped --out results/multi30k.json \
+        --system validation --length-penalties 0.6 0.8 1.0 1.2 1.4 1.6 1.8 2.0 \
+        --command "python -m transformer_lib train --config configs/multi30k_shipped.toml ..."
 
 For the best (by validation BLEU), the averaged and the last checkpoint it computes sacreBLEU on
 test_2016_flickr with greedy decoding and with beam search; the reported result is the one

@@ -3,7 +3,14 @@
 Written from chapters/01_attention.ipynb (1. Attention)
 by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
-__all__ = ["masked_softmax", "AdditiveAttention", "check_mask", "check_probability", "attention"]
+__all__ = [
+    "masked_softmax",
+    "AdditiveAttention",
+    "check_mask",
+    "check_probability",
+    "check_positive_int",
+    "attention",
+]
 
 import math
 import numbers
@@ -177,6 +184,27 @@ def check_probability(p: object, name: str = "dropout") -> float:
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1), got {p!r}")
     return value
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """Validate a size or a count such as ``h`` or ``N``; return it as an int.
+
+    Args:
+        value: an integer >= 1 (a Python or NumPy integer). ``bool`` is
+            rejected (``True`` is the int 1 in Python, so ``N=True`` would
+            otherwise build one layer), and so are floats, even whole ones
+            such as ``8.0``.
+        name: the argument's name, used in the error message.
+
+    Returns ``int(value)``; raises ValueError naming ``name`` otherwise. Used
+    for every size in the package: the paper's ``h``, ``d_model``, ``d_ff``
+    and ``N`` (Section 3), vocabulary sizes and table lengths. Defined in
+    chapter 1.
+    """
+    # bool is a subclass of int, so it must be rejected before the check
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:

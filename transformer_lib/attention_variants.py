@@ -17,19 +17,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lib.attention import check_mask, check_probability
+from transformer_lib.attention import (
+    check_mask,
+    check_positive_int,
+    check_probability,
+)
 from transformer_lib.multihead import MultiHeadedAttention, fused_attention
-
-
-def _check_positive(value: object, name: str) -> None:
-    """ValueError naming ``name`` unless ``value`` is a positive int."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _check_heads(h: object, d_model: object, kv_heads: object) -> None:
     for name, n in (("h", h), ("d_model", d_model), ("kv_heads", kv_heads)):
-        _check_positive(n, name)
+        check_positive_int(n, name)
     if d_model % h:
         raise ValueError(f"d_model must be divisible by h, got d_model={d_model}, h={h}")
     if h % kv_heads:
@@ -207,7 +205,7 @@ def kv_cache_bytes(
         ("batch", batch),
         ("bytes_per_value", bytes_per_value),
     ):
-        _check_positive(n, name)
+        check_positive_int(n, name)
     return 2 * layers * kv_heads * d_head * context * batch * bytes_per_value
 
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lib.attention import check_probability
+from transformer_lib.attention import check_positive_int, check_probability
 
 
 def _is_integer_tensor(x: Tensor) -> bool:
@@ -50,10 +50,8 @@ class Embeddings(nn.Module):
 
     def __init__(self, vocab: int, d_model: int, padding_idx: int | None = None) -> None:
         super().__init__()
-        if vocab < 1:
-            raise ValueError(f"vocab must be a positive vocabulary size, got {vocab}")
-        if d_model < 1:
-            raise ValueError(f"d_model must be positive, got {d_model}")
+        vocab = check_positive_int(vocab, "vocab")
+        d_model = check_positive_int(d_model, "d_model")
         if padding_idx is not None and not 0 <= padding_idx < vocab:
             raise ValueError(f"padding_idx must be in [0, vocab={vocab}), got {padding_idx}")
         self.lut = nn.Embedding(vocab, d_model, padding_idx=padding_idx)
@@ -96,8 +94,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, features: int, eps: float = 1e-6) -> None:
         super().__init__()
-        if features < 1:
-            raise ValueError(f"features must be positive, got {features}")
+        features = check_positive_int(features, "features")
         if not eps > 0:
             raise ValueError(f"eps must be positive, got {eps}")
         self.weight = nn.Parameter(torch.ones(features))  # gain g
@@ -196,10 +193,8 @@ class PositionwiseFeedForward(nn.Module):
         activation: str = "relu",
     ) -> None:
         super().__init__()
-        if d_model < 1 or d_ff < 1:
-            raise ValueError(
-                f"d_model and d_ff must be positive, got d_model={d_model}, d_ff={d_ff}"
-            )
+        d_model = check_positive_int(d_model, "d_model")
+        d_ff = check_positive_int(d_ff, "d_ff")
         if activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
         self.w_1 = nn.Linear(d_model, d_ff)  # W1, b1
@@ -224,8 +219,7 @@ def clones(module: nn.Module, N: int) -> nn.ModuleList:
     3.1). The copies start equal; ``make_model`` re-initializes them. Defined
     in chapter 5.
     """
-    if not isinstance(N, int) or N < 1:
-        raise ValueError(f"N must be a positive integer (number of copies), got {N!r}")
+    N = check_positive_int(N, "N")
     return nn.ModuleList([copy.deepcopy(module) for _ in range(N)])
 
 
@@ -290,9 +284,7 @@ class Encoder(nn.Module):
 
     def __init__(self, layer: EncoderLayer, N: int) -> None:
         super().__init__()
-        if not isinstance(N, int) or N < 1:
-            raise ValueError(f"N must be a positive integer (number of layers), got {N!r}")
-        self.layers = clones(layer, N)
+        self.layers = clones(layer, N)  # checks N
         # post-norm layers end normalized already; a pre-norm stack needs one
         # last norm
         self.norm = LayerNorm(layer.size) if layer.norm_first else nn.Identity()
@@ -413,9 +405,7 @@ class Decoder(nn.Module):
 
     def __init__(self, layer: DecoderLayer, N: int) -> None:
         super().__init__()
-        if not isinstance(N, int) or N < 1:
-            raise ValueError(f"N must be a positive integer (number of layers), got {N!r}")
-        self.layers = clones(layer, N)
+        self.layers = clones(layer, N)  # checks N
         self.norm = LayerNorm(layer.size) if layer.norm_first else nn.Identity()
 
     def forward(
@@ -444,8 +434,7 @@ class Generator(nn.Module):
 
     def __init__(self, d_model: int, vocab: int) -> None:
         super().__init__()
-        if vocab < 1:
-            raise ValueError(f"vocab must be a positive vocabulary size, got {vocab}")
+        vocab = check_positive_int(vocab, "vocab")
         self.proj = nn.Linear(d_model, vocab)
 
     def forward(self, x: Tensor) -> Tensor:

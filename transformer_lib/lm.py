@@ -16,7 +16,7 @@ __all__ = [
 import torch
 from torch import Tensor, nn
 
-from transformer_lib.attention import check_probability
+from transformer_lib.attention import check_positive_int, check_probability
 from transformer_lib.decoding import KVCache
 from transformer_lib.layers import (
     Embeddings,
@@ -121,12 +121,6 @@ class TransformerLM(nn.Module):
         return self.blocks(x, self.mask(tokens, pad))  # (batch, len, d_model)
 
 
-def _check_positive(value: object, name: str) -> None:
-    """ValueError naming ``name`` unless ``value`` is a positive int."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def _check_lm_args(vocab, N, d_model, d_ff, h, positional, self_attn) -> None:
     for name, value in (
         ("vocab", vocab),
@@ -135,7 +129,7 @@ def _check_lm_args(vocab, N, d_model, d_ff, h, positional, self_attn) -> None:
         ("d_ff", d_ff),
         ("h", h),
     ):
-        _check_positive(value, name)
+        check_positive_int(value, name)
     if positional not in ("sinusoidal", "none"):
         raise ValueError(f"positional must be 'sinusoidal' or 'none', got {positional!r}")
     width = getattr(self_attn, "d_model", d_model)
@@ -160,8 +154,8 @@ def _check_tokens(tokens: object, name: str = "tokens") -> None:
 
 
 def _check_filters(top_k: object, top_p: object) -> None:
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_k is not None:
+        check_positive_int(top_k, "top_k")
     if top_p is not None and (
         isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1
     ):

@@ -10,7 +10,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from transformer_lib.attention import check_probability
+from transformer_lib.attention import check_positive_int, check_probability
 from transformer_lib.layers import (
     Decoder,
     DecoderLayer,
@@ -173,9 +173,7 @@ def _check_model_args(
         ("h", h),
         ("max_len", max_len),
     ):
-        # a bool is an int to Python: N=True would build one layer
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_int(value, name)
     for name, value in (
         ("norm_first", norm_first),
         ("share_embeddings", share_embeddings),

@@ -9,7 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lib.attention import attention, check_mask, check_probability
+from transformer_lib.attention import (
+    attention,
+    check_mask,
+    check_positive_int,
+    check_probability,
+)
 
 
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
@@ -71,9 +76,8 @@ class MultiHeadedAttention(nn.Module):
 
     def __init__(self, h: int, d_model: int, dropout: float = 0.1, bias: bool = True) -> None:
         super().__init__()
-        for name, n in (("h", h), ("d_model", d_model)):
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"{name} must be a positive integer, got {n!r}")
+        h = check_positive_int(h, "h")
+        d_model = check_positive_int(d_model, "d_model")
         if d_model % h:
             raise ValueError(
                 "d_model must be divisible by h (each head gets d_model / h "

@@ -11,7 +11,7 @@ import operator
 import torch
 from torch import Tensor, nn
 
-from transformer_lib.attention import check_probability
+from transformer_lib.attention import check_positive_int, check_probability
 
 
 def _sinusoids(positions: Tensor, d_model: int, base: float) -> Tensor:
@@ -62,8 +62,7 @@ def _check_table(seq_len: int, d_model: int, base: float, dtype: torch.dtype) ->
     """ValueError unless ``sinusoidal_positions``'s arguments are valid."""
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
         raise ValueError(f"seq_len must be an integer >= 0, got {seq_len!r}")
-    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-        raise ValueError(f"d_model must be a positive even integer, got {d_model!r}")
+    check_positive_int(d_model, "d_model")
     if d_model % 2:
         raise ValueError(
             f"d_model must be even (columns come in sin/cos pairs), got d_model={d_model}"
@@ -74,9 +73,10 @@ def _check_table(seq_len: int, d_model: int, base: float, dtype: torch.dtype) ->
         raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
 
 
-def _check_positions(x: Tensor, d_model: int, start: int) -> int:
+def _check_positions(x: Tensor, d_model: int, start: int, max_len: int | None = None) -> int:
     """Validate ``x`` (…, seq, d_model) and the first position ``start``;
-    return start as an int."""
+    return start as an int. With ``max_len`` (a learned table), the
+    positions must also fit in the table."""
     if not isinstance(x, Tensor) or x.dim() < 2 or not x.is_floating_point():
         got = (tuple(x.shape), x.dtype) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(
@@ -92,6 +92,14 @@ def _check_positions(x: Tensor, d_model: int, start: int) -> int:
         raise ValueError(f"start must be an integer position >= 0, got {start!r}") from None
     if start < 0:
         raise ValueError(f"start must be an integer position >= 0, got {start}")
+    end = start + x.size(-2)
+    if max_len is not None and end > max_len:
+        raise ValueError(
+            f"positions {start}..{end - 1} do not fit "
+            f"max_len={max_len}: learned position embeddings exist "
+            "only for positions < max_len and cannot extrapolate (build "
+            "the module with a larger max_len, or use PositionalEncoding)"
+        )
     return start
 
 
@@ -121,8 +129,7 @@ class PositionalEncoding(nn.Module):
     ) -> None:
         super().__init__()
         p = check_probability(dropout, "dropout")
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
+        max_len = check_positive_int(max_len, "max_len")
         self.d_model, self.base = d_model, float(base)
         self.dropout = nn.Dropout(p)
         # validates d_model and base
@@ -161,10 +168,8 @@ class LearnedPositionalEmbedding(nn.Module):
     def __init__(self, d_model: int, dropout: float, max_len: int) -> None:
         super().__init__()
         p = check_probability(dropout, "dropout")
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
-        if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-            raise ValueError(f"d_model must be a positive integer, got {d_model!r}")
+        max_len = check_positive_int(max_len, "max_len")
+        d_model = check_positive_int(d_model, "d_model")
         self.d_model, self.max_len = d_model, max_len
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=0.02)
@@ -173,15 +178,9 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x: (batch, seq, d_model) whose first token is at position
         ``start`` -> same shape."""
-        start = _check_positions(x, self.d_model, start)
+        # a table has no row past max_len: positions beyond it are refused
+        start = _check_positions(x, self.d_model, start, self.max_len)
         end = start + x.size(-2)
-        if end > self.max_len:
-            raise ValueError(
-                f"positions {start}..{end - 1} do not fit "
-                f"max_len={self.max_len}: learned position embeddings exist "
-                "only for positions < max_len and cannot extrapolate (build "
-                "the module with a larger max_len, or use PositionalEncoding)"
-            )
         positions = torch.arange(start, end, device=x.device)  # (seq,)
         # (batch, seq, d_model)
         return self.dropout(x + self.embedding(positions).to(x.dtype))

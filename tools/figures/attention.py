@@ -37,7 +37,7 @@ QKV_VALUES = [  # one value vector per word (the key column shows the same cells
     [0.3, -0.8, -0.3, 0.5],
 ]
 QKV_CELL = 15  # side of one vector cell
-QKV_TOP, QKV_STEP = 130, 44  # y of the first word's row, distance between rows
+QKV_TOP, QKV_STEP = 136, 44  # y of the first word's row, distance between rows
 QKV_DESC = (
     "One query, from the word 'sat', is scored against the key of every word of 'the cat "
     "sat down': the score is the dot product q dot k_i divided by the square root of d_k. "
@@ -59,40 +59,42 @@ def draw_attention_qkv() -> Svg:
     """Chapter 1: one query scored against four keys, softmax, weighted sum of the values."""
     z = [math.exp(v) for v in QKV_SCORES]
     weights = [v / sum(z) for v in z]  # the softmax of the scores shown, so the two agree
-    s = Svg(860, 330, "Attention for one query", QKV_DESC)
+    s = Svg(680, 350, "Attention for one query", QKV_DESC)
     heads = [
-        (48, "word"),
-        (125, "key k_{i}"),
-        (258, "score q\u00b7k_{i} / \u221ad_{k}"),
-        (430, "softmax: weight a_{i}"),
-        (617, "a_{i} \u00d7 value v_{i}"),
-        (780, "output"),
+        (40, ["word"]),
+        (110, ["key k_{i}"]),
+        (212, ["score", "q\u00b7k_{i} / \u221ad_{k}"]),
+        (330, ["softmax", "weight a_{i}"]),
+        (476, ["a_{i} \u00d7 v_{i}"]),
+        (626, ["output"]),
     ]
-    for x, h in heads:
-        s.text(x, 110, h, size=12, weight="bold")
+    for x, rows in heads:
+        for k, row in enumerate(reversed(rows)):
+            s.text(x, QKV_TOP - 16 - 19 * k, row, size=14, weight="bold")
     # the query, above the score column
-    s.text(170, 34, "query q (from \u201csat\u201d)", size=12, anchor="end", weight="bold")
-    _vector(s, 180, 22, QKV_QUERY, ORANGE)
-    s.path("M210,38 V60 H258 V92", stroke=ORANGE, sw=1.6)
-    s.text(266, 80, "compared with every key", size=11, anchor="start", fill=INK)
+    s.text(172, 24, "query q", size=14, anchor="end", weight="bold")
+    s.text(172, 42, "(from \u201csat\u201d)", size=14, anchor="end", weight="bold")
+    _vector(s, 182, 18, QKV_QUERY, ORANGE)
+    s.arrow(212, 34, 212, 76, stroke=ORANGE, sw=1.6)
+    s.text(222, 62, "compared with every key", size=14, anchor="start", fill=INK)
     acc_y = QKV_TOP + 1.5 * QKV_STEP + 7  # where the weighted values meet
     for i in range(len(QKV_WORDS)):
         _qkv_row(s, i, weights, acc_y)
     out = [sum(a * v[j] for a, v in zip(weights, QKV_VALUES)) for j in range(4)]
-    _vector(s, 750, acc_y - QKV_CELL / 2, out, GREEN)
-    s.text(780, acc_y + 30, "\u03a3 a_{i} v_{i}", size=12)
+    _vector(s, 596, acc_y - QKV_CELL / 2, out, GREEN)
+    s.text(626, acc_y + 32, "\u03a3 a_{i} v_{i}", size=14)
     s.text(
-        430,
-        QKV_TOP + 4 * QKV_STEP - 4,
+        330,
+        QKV_TOP + 4 * QKV_STEP - 2,
         "the weights are positive and add up to 1",
-        size=11,
+        size=14,
         italic=True,
     )
     s.text(
         10,
-        322,
+        340,
         "Numbers are illustrative; d_{k} is the length of q and k.",
-        size=11,
+        size=14,
         anchor="start",
         fill=FOOTNOTE,
     )
@@ -102,19 +104,19 @@ def draw_attention_qkv() -> Svg:
 def _qkv_row(s: Svg, i: int, weights: list[float], acc_y: float) -> None:
     """Word i: its key, its score, its softmax weight as a bar, its weighted value."""
     y, a, top = QKV_TOP + i * QKV_STEP, weights[i], max(weights)
-    s.text(48, y + 11, f"\u201c{QKV_WORDS[i]}\u201d", size=13, family=SANS)
-    _vector(s, 95, y, QKV_VALUES[i], BLUE)
-    s.arrow(160, y + 7, 220, y + 7, stroke=LINE)
-    s.text(258, y + 12, f"{QKV_SCORES[i]:+.1f}", size=13, family=MONO)
-    s.arrow(292, y + 7, 350, y + 7, stroke=LINE)
-    s.rect(360, y, 120, QKV_CELL, fill="#ffffff", stroke=GREY_STROKE, sw=0.8, rx=1)
-    s.rect(360, y, 120 * a, QKV_CELL, fill=BLUE, stroke="none", sw=0, rx=1)
-    s.text(490, y + 12, f"{a:.2f}", size=13, family=MONO, anchor="start")
-    s.arrow(528, y + 7, 584, y + 7, stroke=LINE)
+    s.text(40, y + 12, f"\u201c{QKV_WORDS[i]}\u201d", size=15, family=SANS)
+    _vector(s, 80, y, QKV_VALUES[i], BLUE)
+    s.arrow(146, y + 7, 180, y + 7, stroke=LINE)
+    s.text(212, y + 12, f"{QKV_SCORES[i]:+.1f}", size=15, family=MONO)
+    s.arrow(244, y + 7, 270, y + 7, stroke=LINE)
+    s.rect(276, y, 100, QKV_CELL, fill="#ffffff", stroke=GREY_STROKE, sw=0.8, rx=1)
+    s.rect(276, y, 100 * a, QKV_CELL, fill=BLUE, stroke="none", sw=0, rx=1)
+    s.text(382, y + 12, f"{a:.2f}", size=15, family=MONO, anchor="start")
+    s.arrow(422, y + 7, 440, y + 7, stroke=LINE)
     scaled = [v * a / top for v in QKV_VALUES[i]]
-    _vector(s, 587, y, scaled, GREEN, alpha=0.35 + 0.65 * a / top)
+    _vector(s, 446, y, scaled, GREEN, alpha=0.35 + 0.65 * a / top)
     s.path(
-        f"M650,{y + 7} C690,{y + 7} 700,{num(acc_y)} 738,{num(acc_y)}",
+        f"M510,{y + 7} C546,{y + 7} 550,{num(acc_y)} 584,{num(acc_y)}",
         stroke=tint(LINE, 0.6),
         sw=1.2,
         arrow=i == 1,
@@ -132,44 +134,43 @@ MASKS_DESC = (
     "and earlier positions only. Right, the decoder's mask for a padded target '<s> a dog "
     "<pad> <pad>': the causal mask and the padding mask combined with a logical and."
 )
-MASK_CELL = 40  # side of one cell of a mask grid
+MASK_CELL = 36  # side of one cell of a mask grid
+MASK_TOP = 120  # y of the grids' top edge
 
 
 def draw_masks() -> Svg:
     """Chapter 2: padding mask, causal mask and both combined, as 5 x 5 grids."""
-    svg = Svg(880, 360, "Padding mask and causal mask", MASKS_DESC)
+    svg = Svg(760, 356, "Padding mask and causal mask", MASKS_DESC)
     src = ["ein", "Hund", "läuft", "<pad>", "<pad>"]
     tgt = ["<s>", "a", "dog", "runs", "</s>"]
     tgt_pad = ["<s>", "a", "dog", "<pad>", "<pad>"]
-    _grid(svg, 60, 110, src, lambda i, j: j < 3, "Padding mask", "source: keys that are padding")
-    _grid(svg, 360, 110, tgt, lambda i, j: j <= i, "Causal mask", "target: no later position")
-    causal_and_pad = "causal AND padding"
-    _grid(svg, 660, 110, tgt_pad, lambda i, j: j <= i and j < 3, "Both (decoder)", causal_and_pad)
-    _masks_legend(svg, 340)
+    _grid(svg, 66, src, lambda i, j: j < 3, "Padding mask", "keys that are padding")
+    _grid(svg, 318, tgt, lambda i, j: j <= i, "Causal mask", "no later position")
+    _grid(svg, 570, tgt_pad, lambda i, j: j <= i and j < 3, "Both (decoder)", "causal AND padding")
+    _masks_legend(svg, 338)
     return svg
 
 
 def _grid(
     s: Svg,
     x: float,
-    y: float,
     tokens: list[str],
     allowed: Callable[[int, int], bool],
     title: str,
     subtitle: str,
 ) -> None:
     """One mask: query rows against key columns, allowed cells filled, blocked ones crossed."""
-    c, n = MASK_CELL, len(tokens)
-    s.text(x + n * c / 2, y - 62, title, size=13, weight="bold")
-    s.text(x + n * c / 2, y - 46, subtitle, size=11, fill=MUTED)
-    for j, t in enumerate(tokens):  # keys across the top
-        s.text(x + j * c + c / 2, y - 8, t, size=11, family=MONO)
-    s.text(x + n * c / 2, y - 26, "key position \u2192", size=11, fill=MUTED)
+    c, n, y = MASK_CELL, len(tokens), MASK_TOP
+    s.text(x + n * c / 2, 26, title, size=16, weight="bold")
+    s.text(x + n * c / 2, 47, subtitle, size=15, fill=MUTED)
+    s.text(x + n * c / 2, 70, "key position \u2192", size=15, fill=MUTED)
+    for j, t in enumerate(tokens):  # keys across the top, on two staggered lines
+        s.text(x + j * c + c / 2, y - (26 if j % 2 == 0 else 8), t, size=15, family=MONO)
     for i, t in enumerate(tokens):
-        s.text(x - 6, y + i * c + c / 2 + 4, t, size=11, family=MONO, anchor="end")
+        s.text(x - 6, y + i * c + c / 2 + 5, t, size=15, family=MONO, anchor="end")
         for j in range(n):
             _mask_cell(s, x + j * c, y + i * c, allowed(i, j))
-    s.text(x - 22, y - 8, "query \u2193", size=11, fill=MUTED, anchor="middle")
+    s.text(x - 30, y - 8, "query \u2193", size=15, fill=MUTED, anchor="middle")
 
 
 def _mask_cell(s: Svg, cx: float, cy: float, ok: bool) -> None:
@@ -178,8 +179,8 @@ def _mask_cell(s: Svg, cx: float, cy: float, ok: bool) -> None:
     s.rect(cx, cy, c, c, fill=fill, stroke=GRID, sw=0.8, rx=0)
     if not ok:  # blocked cells carry a mark, not only a colour
         s.path(
-            f"M{cx + 11},{cy + 11} L{cx + c - 11},{cy + c - 11} M{cx + c - 11},{cy + 11} "
-            f"L{cx + 11},{cy + c - 11}",
+            f"M{cx + 10},{cy + 10} L{cx + c - 10},{cy + c - 10} M{cx + c - 10},{cy + 10} "
+            f"L{cx + 10},{cy + c - 10}",
             stroke=VERMILLION,
             sw=1.6,
             arrow=False,
@@ -187,20 +188,20 @@ def _mask_cell(s: Svg, cx: float, cy: float, ok: bool) -> None:
 
 
 def _masks_legend(svg: Svg, y: float) -> None:
-    svg.rect(200, y - 11, 14, 14, fill=tint(BLUE, 0.55), stroke=GRID, sw=0.8, rx=0)
-    svg.text(220, y, "may attend (True)", size=12, anchor="start")
-    svg.rect(400, y - 11, 14, 14, fill="#ffffff", stroke=GRID, sw=0.8, rx=0)
+    svg.rect(20, y - 12, 15, 15, fill=tint(BLUE, 0.55), stroke=GRID, sw=0.8, rx=0)
+    svg.text(42, y, "may attend (True)", size=15, anchor="start")
+    svg.rect(226, y - 12, 15, 15, fill="#ffffff", stroke=GRID, sw=0.8, rx=0)
     svg.path(
-        f"M403,{y - 8} L411,{y}  M411,{y - 8} L403,{y}", stroke=VERMILLION, sw=1.4, arrow=False
+        f"M229,{y - 9} L238,{y}  M238,{y - 9} L229,{y}", stroke=VERMILLION, sw=1.4, arrow=False
     )
     blocked = "blocked (False): score set to \u2212\u221e before the softmax"
-    svg.text(420, y, blocked, size=12, anchor="start")
+    svg.text(248, y, blocked, size=15, anchor="start")
 
 
 # =========================================================================== multihead.svg
 
 MULTIHEAD_DESC = (
-    "Multi-head attention, left to right. The query, key and value inputs, each of shape "
+    "Multi-head attention, top to bottom. The query, key and value inputs, each of shape "
     "(n, d_model), are projected by the learned matrices W^Q, W^K and W^V, and each result "
     "is split into h heads of width d_k = d_model / h, shape (h, n, d_k). Every head runs "
     "scaled dot-product attention on its own slice: its scores have shape (h, n, n) and its "
@@ -209,45 +210,51 @@ MULTIHEAD_DESC = (
 )
 
 
+MH_COLS = [100, 310, 520]  # x of the query, key and value columns
+MH_ATTN = (170, 250, 360, 110)  # the attention pile: x, y, width, height
+
+
 def draw_multihead() -> Svg:
-    """Chapter 3: project, split into heads, attend per head, concatenate, W^O; shapes on
-    the arrows."""
-    s = Svg(900, 360, "Multi-head attention", MULTIHEAD_DESC)
-    for sym, name, cy in [("Q", "query", 90), ("K", "key", 180), ("V", "value", 270)]:
-        _projection(s, sym, name, cy)
-    s.text(284, 30, "split into h heads", size=12, weight="bold")
-    s.text(284, 45, "of width d_{k} = d_model / h", size=11)
+    """Chapter 3: project, split into heads, attend per head, concatenate, W^O; drawn top to
+    bottom with the shapes beside the arrows."""
+    s = Svg(700, 590, "Multi-head attention", MULTIHEAD_DESC)
+    for sym, name, cx in zip("QKV", ["query", "key", "value"], MH_COLS):
+        _projection(s, sym, name, cx)
+    s.lines(600, 150, ["split into", "h heads of", "width d_{k}"], size=14, anchor="start")
+    s.text(600, 200, "(h, n, d_k)", size=14, family=MONO, anchor="start")
     # one attention per head
-    rows = ["scaled dot-product", "attention,", "one per head", "", "softmax(QK^{T}/\u221ad_{k})V"]
-    _stack(s, 400, 120, 150, 120, BLUE, rows, size=12)
-    s.text(475, 272, "scores: (h, n, n)", size=11, family=MONO)
-    s.text(475, 288, "each head has its own n \u00d7 n weights", size=11, italic=True)
-    s.arrow(562, 180, 641, 180, stroke=LINE)
-    s.text(602, 172, "(h, n, d_k)", size=11, family=MONO)
-    s.box(642, 140, 66, 80, ["concat", "heads"], fill=tint(GREEN, 0.22), stroke=GREEN)
-    s.arrow(708, 180, 767, 180, stroke=LINE)
-    s.text(738, 130, "(n, d_model)", size=11, family=MONO)
-    s.path("M738,134 V176", stroke=tint(LINE, 0.5), sw=0.8, arrow=False)
-    s.box(768, 160, 52, 40, ["W^{O}"], fill=tint(BLUE, 0.25), stroke=BLUE, size=14)
-    s.arrow(820, 180, 888, 180, stroke=LINE)
-    s.text(854, 204, "output", size=12, weight="bold")
-    s.text(854, 220, "(n, d_model)", size=11, family=MONO)
-    base = "Base model: d_model = 512, h = 8 heads, d_k = 64.  n = number of tokens."
-    s.text(10, 345, base, size=12, anchor="start", fill=MUTED)
+    x, y, w, h = MH_ATTN
+    rows = ["scaled dot-product attention,", "one per head", "softmax(QK^{T}/\u221ad_{k})V"]
+    _stack(s, x, y, w, h, BLUE, rows, size=15)
+    s.text(10, y + 42, "scores", size=14, anchor="start", weight="bold")
+    s.text(10, y + 60, "(h, n, n)", size=14, anchor="start", family=MONO)
+    s.lines(10, y + 96, ["one n \u00d7 n", "per head"], size=14, anchor="start", italic=True)
+    mid = x + w / 2
+    s.arrow(mid, y + h, mid, 409, stroke=LINE)
+    s.text(mid + 10, 392, "(h, n, d_k)", size=14, family=MONO, anchor="start")
+    s.box(mid - 80, 410, 160, 40, ["concat heads"], fill=tint(GREEN, 0.22), stroke=GREEN, size=15)
+    s.arrow(mid, 450, mid, 489, stroke=LINE)
+    s.text(mid + 10, 474, "(n, d_model)", size=14, family=MONO, anchor="start")
+    s.box(mid - 28, 490, 56, 40, ["W^{O}"], fill=tint(BLUE, 0.25), stroke=BLUE, size=16)
+    s.arrow(mid + 28, 510, mid + 70, 510, stroke=LINE)
+    s.text(mid + 78, 506, "output", size=15, anchor="start", weight="bold")
+    s.text(mid + 78, 524, "(n, d_model)", size=14, family=MONO, anchor="start")
+    base = "Base model: d_model = 512, h = 8 heads, d_k = 64; n = number of tokens."
+    s.text(10, 578, base, size=14, anchor="start", fill=MUTED)
     return s
 
 
-def _projection(s: Svg, sym: str, name: str, cy: float) -> None:
+def _projection(s: Svg, sym: str, name: str, cx: float) -> None:
     """One input (Q, K or V): its W, its split into heads, its arrow to the attention."""
-    s.text(10, cy - 6, f"{name} {sym}", size=13, anchor="start", weight="bold")
-    s.text(10, cy + 12, "(n, d_model)", size=11, anchor="start", family=MONO)
-    s.arrow(96, cy, 111, cy, stroke=LINE)
-    s.box(112, cy - 20, 46, 40, [f"W^{{{sym}}}"], fill=tint(BLUE, 0.25), stroke=BLUE, size=14)
-    s.arrow(158, cy, 253, cy, stroke=LINE)
-    s.text(206, cy - 7, "(n, d_model)", size=11, family=MONO)
-    _stack(s, 254, cy - 20, 60, 40, SKY, [f"{sym} heads"], size=12)
-    s.text(284, cy + 35, "(h, n, d_k)", size=11, family=MONO)
-    s.path(f"M328,{cy - 8} L{400 - 1},{num(180 + (cy - 180) * 0.45)}", stroke=LINE)
+    s.text(cx, 24, f"{name} {sym}", size=15, weight="bold")
+    s.text(cx, 44, "(n, d_model)", size=14, family=MONO)
+    s.arrow(cx, 52, cx, 71, stroke=LINE)
+    s.box(cx - 28, 72, 56, 40, [f"W^{{{sym}}}"], fill=tint(BLUE, 0.25), stroke=BLUE, size=16)
+    s.arrow(cx, 112, cx, 147, stroke=LINE)  # to the top card of the pile
+    _stack(s, cx - 55, 160, 110, 40, SKY, [f"{sym} heads"], size=15)
+    x, y, w, _ = MH_ATTN
+    end = x + w / 2 + (cx - MH_COLS[1]) * 0.6
+    s.arrow(cx, 200, end, y - 13, stroke=LINE)
 
 
 def _stack(

@@ -24,10 +24,10 @@ INPUTS = ["<s>", "a", "dog", "runs"]  # the target shifted right
 OUTPUTS = ["a", "dog", "runs", "</s>"]  # the next words
 
 
-def _token(s: Svg, cx: float, cy: float, t: str, color: str, w: float = 54) -> None:
+def _token(s: Svg, cx: float, cy: float, t: str, color: str, w: float = 56) -> None:
     """A token in a small box centred on (cx, cy)."""
     s.box(
-        cx - w / 2, cy - 11, w, 22, [t], fill=tint(color, 0.2), stroke=color, size=12, family=MONO
+        cx - w / 2, cy - 12, w, 24, [t], fill=tint(color, 0.2), stroke=color, size=15, family=MONO
     )
 
 
@@ -45,52 +45,52 @@ TEACHER_FORCING_DESC = (
 
 def draw_teacher_forcing() -> Svg:
     """Chapters 6 and 7: training with teacher forcing (left), decoding (right)."""
-    s = Svg(900, 360, "Teacher forcing versus autoregressive decoding", TEACHER_FORCING_DESC)
+    s = Svg(740, 356, "Teacher forcing versus autoregressive decoding", TEACHER_FORCING_DESC)
     _training(s)
-    s.path("M430,20 V340", stroke=DIVIDER, sw=1, arrow=False)
+    s.path("M372,14 V342", stroke=DIVIDER, sw=1, arrow=False)
     _decoding(s)
     return s
 
 
 def _training(s: Svg) -> None:
     """One pass of the decoder over the whole shifted target, every output at once."""
-    s.text(200, 24, "Training: teacher forcing", size=14, weight="bold")
-    s.text(200, 42, "one pass: every position predicts its next word", size=12, fill=MUTED)
-    s.rect(40, 130, 320, 96, fill=tint(BLUE, 0.15), stroke=BLUE, sw=1.4)
-    s.text(200, 150, "decoder (causal mask)", size=12, weight="bold")
+    s.text(185, 24, "Training: teacher forcing", size=16, weight="bold")
+    s.text(185, 44, "one pass, all positions at once", size=15, fill=MUTED)
+    s.rect(20, 128, 330, 104, fill=tint(BLUE, 0.15), stroke=BLUE, sw=1.4)
+    s.text(185, 150, "decoder (causal mask)", size=15, weight="bold")
     for i in range(4):  # a small causal-mask icon
         for j in range(4):
             fill = tint(BLUE, 0.6) if j <= i else "#ffffff"
-            s.rect(178 + 11 * j, 158 + 11 * i, 11, 11, fill=fill, stroke=GRID, sw=0.5, rx=0)
-    s.text(200, 218, "position i sees inputs 1 \u2026 i", size=11, fill=ANNOTATION)
-    for x, a, b in zip([70 + 86 * i for i in range(4)], INPUTS, OUTPUTS):
+            s.rect(163 + 11 * j, 158 + 11 * i, 11, 11, fill=fill, stroke=GRID, sw=0.5, rx=0)
+    s.text(185, 222, "position i sees inputs 1 \u2026 i", size=15, fill=ANNOTATION)
+    for x, a, b in zip([50 + 90 * i for i in range(4)], INPUTS, OUTPUTS):
         _token(s, x, 290, a, PURPLE)
-        s.arrow(x, 278, x, 228, stroke=LINE)
-        s.arrow(x, 130, x, 88, stroke=LINE)
-        _token(s, x, 76, b, VERMILLION)
-    s.text(200, 324, "input: the target shifted right;", size=12)
-    s.text(200, 341, "outputs: scored against the next words", size=12)
+        s.arrow(x, 278, x, 234, stroke=LINE)
+        s.arrow(x, 128, x, 93, stroke=LINE)
+        _token(s, x, 80, b, VERMILLION)
+    s.text(185, 328, "input: the target shifted right;", size=15)
+    s.text(185, 347, "outputs: scored against the next words", size=15)
 
 
 def _decoding(s: Svg) -> None:
     """Four steps, each output fed back as the newest input of the next step."""
-    s.text(672, 24, "Decoding: one token at a time", size=14, weight="bold")
-    s.text(672, 42, "each output is fed back as the next input", size=12, fill=MUTED)
-    cols = [478 + 120 * i for i in range(4)]
+    s.text(556, 24, "Decoding: one token at a time", size=16, weight="bold")
+    s.text(556, 44, "each output is fed back in", size=15, fill=MUTED)
+    cols = [425 + 90 * i for i in range(4)]
     for t, x in enumerate(cols):
-        s.text(x, 66, f"step {t + 1}", size=12, weight="bold")
-        _token(s, x, 94, OUTPUTS[t], VERMILLION)
-        s.arrow(x, 148, x, 106, stroke=LINE)
-        s.box(x - 42, 148, 84, 40, ["decoder"], fill=tint(BLUE, 0.15), stroke=BLUE)
+        s.text(x, 72, f"step {t + 1}", size=15, weight="bold")
+        _token(s, x, 98, OUTPUTS[t], VERMILLION)
+        s.arrow(x, 148, x, 111, stroke=LINE)
+        s.box(x - 36, 148, 72, 40, ["decoder"], fill=tint(BLUE, 0.15), stroke=BLUE, size=15)
         for k in range(t + 1):
-            _token(s, x, 214 + 26 * k, INPUTS[k], PURPLE, w=48)
-        s.arrow(x, 203, x, 189, stroke=LINE)
+            _token(s, x, 214 + 28 * k, INPUTS[k], PURPLE)
+        s.arrow(x, 202, x, 189, stroke=LINE)
         if t + 1 < len(cols):
             # the output goes back in: from this step's output to the next step's newest input
-            nx, ny = cols[t + 1], 214 + 26 * (t + 1)
-            s.path(f"M{x + 27},94 H{x + 61} V{ny} H{nx - 25}", stroke=VERMILLION, sw=1.6)
-    note = "tokens so far (the newest one was the last step's output)"
-    s.text(672, 336, note, size=11, fill=ANNOTATION)
+            nx, ny = cols[t + 1], 214 + 28 * (t + 1)
+            s.path(f"M{x + 28},98 H{x + 45} V{ny} H{nx - 29}", stroke=VERMILLION, sw=1.6)
+    s.text(556, 330, "tokens so far; the newest one", size=15, fill=ANNOTATION)
+    s.text(556, 349, "is the last step's output", size=15, fill=ANNOTATION)
 
 
 # =========================================================================== kv_cache.svg
@@ -103,7 +103,8 @@ KV_DESC = (
     "the softmax weights mix the t values into one output vector for the new token."
 )
 KV_CELL, KV_CELLS = 14, 4  # side of a cell, cells per vector
-KV_TOP, KV_STEP = 66, 72  # top of the first step's row, distance between rows
+KV_TOP, KV_STEP = 76, 72  # top of the first step's row, distance between rows
+KV_KEYS, KV_VALUES, KV_OUT = 200, 390, 666  # left edges of the keys, values, output columns
 
 
 def _kv_column(s: Svg, x: float, y: float, color: str, new: bool) -> None:
@@ -123,48 +124,47 @@ def _kv_column(s: Svg, x: float, y: float, color: str, new: bool) -> None:
 
 def draw_kv_cache() -> Svg:
     """Chapter 7: four decoding steps, the cache of keys and values growing one column each."""
-    s = Svg(880, 400, "The key/value cache during decoding", KV_DESC)
+    s = Svg(740, 440, "The key/value cache during decoding", KV_DESC)
     heads = [
-        (70, "step: new token"),
-        (190, "new query"),
-        (360, "keys K"),
-        (560, "values V"),
-        (760, "output"),
+        (48, ["step:", "new token"]),
+        (140, ["new", "query"]),
+        (KV_KEYS + 70, ["keys K"]),
+        (KV_VALUES + 70, ["values V"]),
+        (KV_OUT + 7, ["output"]),
     ]
-    for x, h in heads:
-        s.text(x, 30, h, size=12, weight="bold")
-    s.text(460, 48, "cache: one column per token so far", size=11, fill=MUTED)
+    for x, rows in heads:
+        for k, row in enumerate(reversed(rows)):
+            s.text(x, 40 - 18 * k, row, size=15, weight="bold")
+    s.text(345, 62, "cache: one column per token so far", size=15, fill=MUTED)
     for t in range(4):
         _kv_step(s, t, KV_TOP + t * KV_STEP)
-    y = KV_TOP + 4 * KV_STEP - 4
-    s.rect(300, y, 12, 12, fill=tint(BLUE, 0.75), stroke=BLUE, sw=1.2, rx=0)
-    s.text(318, y + 10, "computed at this step", size=12, anchor="start")
-    s.rect(500, y, 12, 12, fill=tint(BLUE, 0.22), stroke=tint(BLUE, 0.6), sw=0.8, rx=0)
-    s.text(518, y + 10, "read from the cache", size=12, anchor="start")
-    s.text(
-        10,
-        y + 38,
-        "Per step, every layer computes one new key and value instead of t: "
-        "the work per step no longer grows with t.",
-        size=12,
-        anchor="start",
-        fill=ANNOTATION,
-    )
+    y = KV_TOP + 4 * KV_STEP + 4
+    s.rect(160, y, 13, 13, fill=tint(BLUE, 0.75), stroke=BLUE, sw=1.2, rx=0)
+    s.text(180, y + 12, "computed at this step", size=15, anchor="start")
+    s.rect(420, y, 13, 13, fill=tint(BLUE, 0.22), stroke=tint(BLUE, 0.6), sw=0.8, rx=0)
+    s.text(440, y + 12, "read from the cache", size=15, anchor="start")
+    for k, line in enumerate(
+        [
+            "Per step, every layer computes one new key and value instead of t:",
+            "the work per step no longer grows with t.",
+        ]
+    ):
+        s.text(10, y + 44 + 19 * k, line, size=15, anchor="start", fill=ANNOTATION)
     return s
 
 
 def _kv_step(s: Svg, t: int, y: float) -> None:
     """Step t + 1: the new token, its query, the t + 1 keys and values, the output."""
-    s.text(20, y + 26, f"{t + 1}:", size=12, anchor="start", weight="bold")
-    s.text(44, y + 33, INPUTS[t], size=13, family=MONO, anchor="start")
-    s.arrow(100, y + 28, 180, y + 28, stroke=LINE)
-    _kv_column(s, 183, y, ORANGE, True)
-    s.text(205, y + 33, f"q_{{{t + 1}}}", size=12, anchor="start")
-    for x0, color in ((300, BLUE), (500, GREEN)):
+    s.text(8, y + 33, f"{t + 1}:", size=15, anchor="start", weight="bold")
+    s.text(30, y + 33, INPUTS[t], size=15, family=MONO, anchor="start")
+    s.arrow(80, y + 28, 118, y + 28, stroke=LINE)
+    _kv_column(s, 121, y, ORANGE, True)
+    s.text(141, y + 33, f"q_{{{t + 1}}}", size=15, anchor="start")
+    for x0, color in ((KV_KEYS, BLUE), (KV_VALUES, GREEN)):
         for j in range(t + 1):
             _kv_column(s, x0 + j * (KV_CELL + 8), y, color, j == t)
         new = "new" if t == 0 else "+1 new"
-        s.text(x0 + (t + 1) * (KV_CELL + 8) + 4, y + 33, new, size=11, anchor="start", fill=INK)
-    s.arrow(640, y + 28, 748, y + 28, stroke=LINE)
-    s.text(694, y + 20, f"attend over {t + 1}", size=11)
-    _kv_column(s, 753, y, GREEN, True)
+        s.text(x0 + (t + 1) * (KV_CELL + 8) + 2, y + 33, new, size=15, anchor="start", fill=INK)
+    s.arrow(552, y + 28, KV_OUT - 4, y + 28, stroke=LINE)
+    s.text(607, y + 20, "attend", size=15)
+    _kv_column(s, KV_OUT, y, GREEN, True)

@@ -3,7 +3,9 @@
 `draw_model(Where(...), title, desc)` gives the landing page's overview (nothing greyed) and each
 chapter's "where we are" picture (only that chapter's parts in colour); `where.py` says what
 each chapter highlights. Top row the encoder, bottom row the decoder, residual connections as
-green lines under the boxes.
+green lines under the boxes; under the decoder, Linear and Softmax in a row that runs right to
+left, and the chapter's note in a blue frame at the bottom. Every label is at least 16 units in a
+780-unit drawing, so at least 12 px where the chapters show it (90% of a 688 px column).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .svg import (
     Svg,
     num,
     require_fit,
+    text_width,
     tint,
 )
 
@@ -44,12 +47,17 @@ KIND_COLOR = {
     "memory": SKY,
 }
 
-ENC_Y, DEC_Y = 116, 326  # centre lines of the encoder (top) and decoder (bottom) rows
-HALF = 50  # half the height of a sub-layer box
-BIG, THIN, GAP = 84, 48, 16  # widths of attention / feed-forward boxes, add & norm, gaps
-STACK_X = 222  # left edge of both stack frames
+W = 780  # the drawing's width: labels of 16 units show at 12.7 px in a 90% figure (619 px)
+FONT, SMALL = 16, 16  # box labels; remarks, shapes and other small text (never below 16)
+ENC_Y, DEC_Y = 130, 330  # centre lines of the encoder (top) and decoder (bottom) rows
+HALF = 46  # half the height of a sub-layer box
+WIDTH = {"attention": 106, "ffn": 78, "norm": 56}  # sub-layer box widths by kind
+GAP = 12  # between two sub-layer boxes
+STACK_X = 216  # left edge of both stack frames
 FIRST = STACK_X + 14  # left edge of the first sub-layer box
-PROBS_X = 849  # the vertical line from the softmax to the probabilities (and back, decoding)
+OUT_Y = 448  # centre line of the output row (Linear and Softmax, drawn right to left)
+LINEAR_X, SOFTMAX_X = 672, 572  # left edges of the Linear (72 wide) and Softmax (80) boxes
+PROBS_X = 534  # right end of the probabilities' label
 
 # The sub-layers of one layer, left to right: (part name, kind).
 SUBLAYERS = {
@@ -94,9 +102,22 @@ class Where:
 
 def draw_model(where: Where, title: str, desc: str) -> Svg:
     """The whole encoder-decoder, highlighted as `where` says."""
-    svg = Svg(900, 452 if where.feedback else 414, title, desc)
-    _Model(svg, where).draw()
+    svg = Svg(W, 0, title, desc)
+    svg.height = _Model(svg, where).draw()
     return svg
+
+
+def wrap(text: str, size: float, room: float) -> list[str]:
+    """`text` broken into lines (at spaces) that fit `room` units at `size`."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and text_width(f"{lines[-1]} {word}", size) <= room:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    for line in lines:
+        require_fit(line, size, room, "the note")
+    return lines
 
 
 class _Model:
@@ -139,10 +160,11 @@ class _Model:
 
     # ------------------------------------------------------------------ the drawing
 
-    def draw(self) -> None:
-        """Heading and note; per row the inputs and the stack, then the memory (encoder) or the
-        output layer (decoder); then the chapter's extras (loss, feedback)."""
-        self.heading()
+    def draw(self) -> float:
+        """Heading; per row the inputs and the stack, then the memory (encoder) or the output
+        layer (decoder); the chapter's extras (loss, feedback); the note at the bottom. Returns
+        the drawing's height."""
+        self.svg.text(10, 26, self.where.heading, size=17, anchor="start", weight="bold")
         for row, cy in (("enc", ENC_Y), ("dec", DEC_Y)):
             self.inputs(row, cy)
             last = self.stack(row, cy)
@@ -150,52 +172,56 @@ class _Model:
                 self.memory(last, cy)
             else:
                 self.output_layer(last, cy)
+        bottom = OUT_Y + 24
         if self.where.loss:
-            self.loss()
+            bottom = self.loss()
         if self.where.feedback:
-            self.feedback()
+            bottom = self.feedback()
+        return self.note(bottom + 14)
 
-    def heading(self) -> None:
-        """The title line, and the chapter's note in a blue frame at the top right."""
-        s, note = self.svg, self.where.note
-        s.text(10, 24, self.where.heading, size=15, anchor="start", weight="bold")
-        if note:
-            s.rect(604, 40, 286, 18 + 16 * len(note), fill=tint(BLUE, 0.08), stroke=BLUE)
-            for i, row in enumerate(note):
-                require_fit(row, 12, 276, "the note")
-                s.text(612, 58 + 16 * i, row, size=12, anchor="start")
+    def note(self, top: float) -> float:
+        """The chapter's note in a blue frame across the bottom; returns the drawing's height."""
+        if not self.where.note:
+            return top
+        s, lines = self.svg, wrap(" ".join(self.where.note), SMALL, W - 40)
+        h = 14 + 21 * len(lines)
+        s.rect(10, top, W - 20, h, fill=tint(BLUE, 0.08), stroke=BLUE)
+        for i, row in enumerate(lines):
+            s.text(20, top + 23 + 21 * i, row, size=SMALL, anchor="start")
+        return top + h + 10
 
     def inputs(self, row: str, cy: float) -> None:
         """Tokens -> embedding -> + positional encoding, up to the first sub-layer."""
         s, io, emb = self.svg, "src" if row == "enc" else "tgt", f"{row}_emb"
         s.lines(
-            66,
+            72,
             cy,
             self.labels[io],
-            size=12,
+            size=FONT,
             anchor="end",
             fill=self.text_color(io),
             weight=self.bold(io),
         )
-        s.arrow(68, cy, 77, cy, stroke=self.line_color(io))
+        s.arrow(74, cy, 81, cy, stroke=self.line_color(io))
         name = "Input" if row == "enc" else "Output"
-        s.box(78, cy - 30, 74, 60, [name, "embedding"], **self.style(emb, "embedding"))
-        s.arrow(152, cy, 170, cy, stroke=self.line_color(emb))
+        s.box(82, cy - 30, 98, 60, [name, "embedding"], size=FONT, **self.style(emb, "embedding"))
+        s.arrow(180, cy, 188, cy, stroke=self.line_color(emb))
         self.positional_encoding(f"{row}_pe", cy)
-        s.arrow(193, cy, FIRST - 1, cy, stroke=self.line_color(f"{row}_pe"))
+        s.arrow(211, cy, FIRST - 1, cy, stroke=self.line_color(f"{row}_pe"))
 
     def positional_encoding(self, pe: str, cy: float) -> None:
         """A "+" in a circle with a small sine wave under it: the encoding added there."""
         s, st = self.svg, self.style(pe, "pe")
-        s.circle(182, cy, 11, fill=st["fill"], stroke=st["stroke"], sw=st["sw"])
-        s.text(182, cy + 4.5, "+", size=15, fill=st["text_fill"], weight="bold")
+        s.circle(200, cy, 11, fill=st["fill"], stroke=st["stroke"], sw=st["sw"])
+        s.text(200, cy + 5.5, "+", size=17, fill=st["text_fill"], weight="bold")
         wave = " ".join(
-            f"{'L' if i else 'M'}{num(170 + i)},{num(cy + 29 - 5 * math.sin(i * math.pi / 12))}"
+            f"{'L' if i else 'M'}{num(188 + i)},{num(cy + 29 - 5 * math.sin(i * math.pi / 12))}"
             for i in range(0, 25, 2)
         )
         s.path(wave, stroke=st["stroke"], sw=1.4, arrow=False)
-        s.arrow(182, cy + 22, 182, cy + 12, stroke=st["stroke"])
-        s.lines(182, cy + 55, ["positional", "encoding"], size=11, fill=st["text_fill"])
+        s.arrow(200, cy + 22, 200, cy + 12, stroke=st["stroke"])
+        # under the embedding box: the stack's frame leaves no room under the "+"
+        s.lines(150, cy + 58, ["positional", "encoding"], size=SMALL, fill=st["text_fill"])
 
     def stack(self, row: str, cy: float) -> float:
         """The dashed frame of N identical layers and the sub-layers in it; returns the right
@@ -204,13 +230,13 @@ class _Model:
         xs, x = [], FIRST
         for _, kind in names:
             xs.append(x)
-            x += (THIN if kind == "norm" else BIG) + GAP
+            x += WIDTH[kind] + GAP
         self.frame(row, cy, right=x - GAP + 14)
         for i, ((name, kind), bx) in enumerate(zip(names, xs)):
-            bw = THIN if kind == "norm" else BIG
+            bw = WIDTH[kind]
             self.sublayer(f"{row}_{name}", kind, bx, cy, bw, SUBLAYER_LABELS[name])
             if kind == "norm":  # the residual connection: from before the sub-layer to here
-                start = xs[i - 1] - GAP / 2 - (6 if i == 1 else 0)
+                start = xs[i - 1] - GAP / 2 - (2 if i == 1 else 0)
                 mid = bx + bw / 2
                 self.svg.path(
                     f"M{num(start)},{num(cy)} V{num(cy + HALF + 14)} H{num(mid)} "
@@ -220,14 +246,14 @@ class _Model:
                 )
             if i + 1 < len(names):
                 self.svg.arrow(bx + bw, cy, xs[i + 1] - 1, cy, stroke=LINE)
-        return xs[-1] + THIN
+        return xs[-1] + WIDTH["norm"]
 
     def frame(self, row: str, cy: float, right: float) -> None:
         """The dashed frame around one layer, labelled "Encoder/Decoder layer (x N)"."""
         st = self.style(f"{row}_stack", "stack")
         self.svg.rect(
             STACK_X,
-            cy - HALF - 26,
+            cy - HALF - 28,
             right - STACK_X,
             2 * HALF + 52,
             fill="none",
@@ -238,9 +264,9 @@ class _Model:
         name = "Encoder" if row == "enc" else "Decoder"
         self.svg.text(
             STACK_X + 10,
-            cy - HALF - 10,
+            cy - HALF - 13,
             name + " layer (\u00d7 N)",
-            size=12,
+            size=FONT,
             anchor="start",
             fill=st["text_fill"],
             weight="bold",
@@ -261,55 +287,68 @@ class _Model:
                     stroke=st["stroke"],
                     sw=1,
                 )
-        self.svg.box(x, cy - HALF, w, 2 * HALF, rows, **st)
+        self.svg.box(x, cy - HALF, w, 2 * HALF, rows, size=FONT, **st)
 
     def memory(self, last: float, cy: float) -> None:
         """The encoder's output (memory) gives the keys and values of cross-attention."""
-        cross_mid = FIRST + BIG + GAP + THIN + GAP + BIG / 2  # centre of "cattn"
+        cross_mid = FIRST + 2 * GAP + WIDTH["attention"] * 1.5 + WIDTH["norm"]  # "cattn"
         piled = self.where.stacked_attention and self.lit("dec_cattn")
         top = DEC_Y - HALF - (8 if piled else 0)
         self.svg.path(
-            f"M{num(last)},{num(cy)} H{num(586)} V{num(222)} H{num(cross_mid)} V{num(top - 1)}",
+            f"M{num(last)},{num(cy)} H{num(594)} V{num(224)} H{num(cross_mid)} V{num(top - 1)}",
             stroke=self.line_color("memory", "memory"),
             sw=2 if self.lit("memory") else 1.4,
         )
-        self.svg.text(514, 216, "memory: keys, values", size=11, fill=self.text_color("memory"))
+        self.svg.text(
+            cross_mid + 8,
+            217,
+            "memory: keys, values",
+            size=SMALL,
+            anchor="start",
+            fill=self.text_color("memory"),
+        )
 
     def output_layer(self, last: float, cy: float) -> None:
-        """Linear, softmax, and the next-token probabilities above them."""
+        """Linear, softmax and the next-token probabilities, in a row under the decoder that
+        runs right to left."""
         s = self.svg
-        s.arrow(last, cy, 739, cy, stroke=LINE)
-        s.box(740, cy - 30, 60, 60, ["Linear"], **self.style("linear", "output"))
-        s.arrow(800, cy, 811, cy, stroke=LINE)
-        s.box(812, cy - 30, 74, 60, ["Softmax"], **self.style("softmax", "output"))
-        s.arrow(PROBS_X, cy - 30, PROBS_X, 262, stroke=self.line_color("probs"))
+        s.path(f"M{num(last)},{num(cy)} H{W - 10} V{OUT_Y} H{LINEAR_X + 73}", stroke=LINE, sw=1.4)
+        s.box(LINEAR_X, OUT_Y - 20, 72, 40, ["Linear"], size=FONT, **self.style("linear", "output"))
+        s.arrow(LINEAR_X, OUT_Y, SOFTMAX_X + 81, OUT_Y, stroke=LINE)
+        st = self.style("softmax", "output")
+        s.box(SOFTMAX_X, OUT_Y - 20, 80, 40, ["Softmax"], size=FONT, **st)
+        s.arrow(SOFTMAX_X, OUT_Y, PROBS_X + 5, OUT_Y, stroke=self.line_color("probs"))
         s.lines(
             PROBS_X,
-            240,
+            OUT_Y,
             self.labels["probs"],
-            size=11,
+            size=SMALL,
+            anchor="end",
             fill=self.text_color("probs"),
             weight=self.bold("probs"),
         )
 
-    def loss(self) -> None:
-        """Chapter 6: the loss box, fed by the probabilities."""
+    def loss(self) -> float:
+        """Chapter 6: the loss box, fed by the probabilities; returns its bottom edge."""
         st = self.style("loss", "output")
-        rows = [
-            "Loss: cross-entropy of the probabilities",
-            "against the targets, shifted left:",
-            "a dog runs </s>",
-        ]
-        self.svg.box(604, 132, 286, 58, rows, size=11, **st)
-        self.svg.arrow(PROBS_X, 226, PROBS_X, 191, stroke=st["stroke"])
+        rows = ["Loss: cross-entropy", "against the targets", "shifted left:", "a dog runs </s>"]
+        left = PROBS_X - 140 - 16 - 204
+        self.svg.box(left, OUT_Y - 28, 204, 92, rows, size=SMALL, **st)
+        self.svg.arrow(PROBS_X - 140, OUT_Y, left + 205, OUT_Y, stroke=st["stroke"])
+        return OUT_Y + 64
 
-    def feedback(self) -> None:
-        """Chapters 7 and 8: from the softmax back to the decoder's input."""
-        self.svg.path(f"M{PROBS_X},{DEC_Y + 30} V428 H38 V{DEC_Y + 42}", stroke=VERMILLION, sw=2)
+    def feedback(self) -> float:
+        """Chapters 7 and 8: from the softmax back to the decoder's input; returns the bottom
+        of the remark under the arrow."""
+        y = OUT_Y + 36
+        self.svg.path(
+            f"M{SOFTMAX_X + 40},{OUT_Y + 20} V{y} H36 V{DEC_Y + 46}", stroke=VERMILLION, sw=2
+        )
         self.svg.text(
-            440,
-            444,
+            W / 2,
+            y + 22,
             "decoding: the word chosen from the probabilities becomes the next input",
-            size=12,
+            size=SMALL,
             fill=INK,
         )
+        return y + 28

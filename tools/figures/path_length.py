@@ -56,8 +56,8 @@ def _nodes(s: Svg, cy: float, sym: str, color: str) -> None:
 
 
 def _row_labels(s: Svg, top: float, top_label: str, bottom: float) -> None:
-    s.text(30, top + 5, top_label, size=13, anchor="start", fill=MUTED)
-    s.text(30, bottom + 5, "inputs", size=13, anchor="start", fill=MUTED)
+    s.text(30, top + 5, top_label, size=17, anchor="start", fill=MUTED)
+    s.text(30, bottom + 5, "inputs", size=17, anchor="start", fill=MUTED)
 
 
 def draw_path_length() -> Svg:
@@ -71,9 +71,9 @@ def draw_path_length() -> Svg:
 
 def _recurrent(s: Svg) -> None:
     """Top panel: a chain of states, 5 sequential steps from x1 to h6."""
-    s.text(430, 30, "Recurrent layer: path length n \u2212 1", size=15, weight="bold")
+    s.text(430, 30, "Recurrent layer: path length n \u2212 1", size=18, weight="bold")
     hy, xy = 118, 190
-    s.text(430, 70, "5 sequential steps from x1 to h6", size=14, weight="bold", fill=ACCENT)
+    s.text(430, 70, "5 sequential steps from x1 to h6", size=17, weight="bold", fill=ACCENT)
     _row_labels(s, hy, "states", xy)
     _nodes(s, hy, "h", GREEN)
     _tokens(s, xy)
@@ -81,12 +81,12 @@ def _recurrent(s: Svg) -> None:
         s.arrow(x, xy - BH / 2, x, hy + R + 1, stroke=LINE)
         if i + 1 < len(XS):
             s.arrow(x + R, hy, XS[i + 1] - R - 1, hy, stroke=ACCENT, sw=2.4)
-            s.text((x + XS[i + 1]) / 2, hy - 9, f"{i + 1}", size=13, weight="bold", fill=ACCENT)
+            s.text((x + XS[i + 1]) / 2, hy - 9, f"{i + 1}", size=17, weight="bold", fill=ACCENT)
     s.text(
         430,
         240,
         "each state needs the one before it: the steps run one after another",
-        size=13,
+        size=17,
         fill=MUTED,
         italic=True,
     )
@@ -94,13 +94,13 @@ def _recurrent(s: Svg) -> None:
 
 def _self_attention(s: Svg) -> None:
     """Bottom panel: every input to every output, and y6 reading x1 in one step."""
-    s.text(430, 294, "Self-attention layer: path length 1", size=15, weight="bold")
+    s.text(430, 294, "Self-attention layer: path length 1", size=18, weight="bold")
     yy, xy = 370, 500
     s.text(
         XS[-1] + R,
         334,
         "1 step: y6 attends to x1 directly",
-        size=14,
+        size=17,
         anchor="end",
         weight="bold",
         fill=ACCENT,
@@ -118,7 +118,7 @@ def _self_attention(s: Svg) -> None:
         430,
         552,
         "all n outputs at once: n\u00b2 scores, no sequential steps",
-        size=13,
+        size=17,
         fill=MUTED,
         italic=True,
     )

@@ -85,8 +85,9 @@ CHAPTERS = {
         {"enc_pe", "dec_pe"},
         [
             "A sinusoid vector per position is",
-            "added to each token's embedding:",
-            "the only place word order enters.",
+            "added to each token's embedding;",
+            "besides the decoder's causal mask,",
+            "nothing else in the model sees word order.",
         ],
     ),
     5: Where(

@@ -12,6 +12,7 @@ them, which they never import. One module per purpose:
     precision    fp32, bf16 autocast, or "auto" (bf16 where the machine has it natively)
     checkpoint   checkpoints as safetensors + JSON: atomic, verified, averaged
     inference    load_model, translate_sentences, translate_and_score (BLEU), evaluate
+    quantize     an int8 copy of a model for CPU inference (opt-in: translate --int8)
     pretrained   the German-English model that ships with the package
     cli          python -m transformer_lib {train,evaluate,translate}
     provenance   where a number came from: commit, machine, torch
@@ -81,6 +82,7 @@ from transformer_lib.translation.loop import (
 )
 from transformer_lib.translation.precision import precision_note, resolve_precision
 from transformer_lib.translation.pretrained import PRETRAINED, load_pretrained, pretrained_path
+from transformer_lib.translation.quantize import quantize_int8
 
 __all__ = [
     # config
@@ -101,6 +103,8 @@ __all__ = [
     # inference
     "load_model", "translate_sentences", "translate", "translate_and_score", "evaluate",
     "bleu", "bleu_signature", "validation_loss", "attention_maps", "source_length_limit",
+    # quantize
+    "quantize_int8",
     # pretrained
     "PRETRAINED", "pretrained_path", "load_pretrained",
 ]

@@ -2,9 +2,10 @@
 
 ``load_model`` reads a checkpoint directory (the config checked and the model sized before
 anything is built); ``translate_sentences`` decodes with chapter 7's greedy search or beam
-search; ``translate_and_score`` is the one place that translates sentence pairs and scores them
-with sacreBLEU — the training loop's validation BLEU, ``evaluate``, the command line and the
-tools all call it. ``validation_loss`` scores with chapter 6's ``real_token_loss``.
+search (an int8 copy from ``quantize`` too, opt-in); ``translate_and_score`` is the one place
+that translates sentence pairs and scores them with sacreBLEU — the training loop's validation
+BLEU, ``evaluate``, the command line and the tools all call it. ``validation_loss`` scores
+with chapter 6's ``real_token_loss``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from transformer_lib.translation.data import (
 )
 from transformer_lib.translation.distributed import checked_device, default_device
 from transformer_lib.translation.precision import autocast, resolve_precision
+from transformer_lib.translation.quantize import int8_precision, is_int8, quantize_int8
 
 __all__ = [
     "load_model",
@@ -214,6 +216,7 @@ def translate_sentences(
             ``b <= MAX_LEN_B`` (1000).
         precision: "fp32", "bf16" autocast, or "auto": bf16 where the model's device has it
             natively, else fp32 (``resolve_precision``), whatever the model was trained in.
+            An int8 model (``quantize_int8``) runs in fp32 under "auto"; "bf16" is an error.
         max_input_len: refuse a source of more subwords: decoding time grows with the square
             of the length, and a model trained on short sentences has nothing useful to say
             about one of thousands. None: no limit but a learned position table's. A source
@@ -223,6 +226,7 @@ def translate_sentences(
             sentence, whose translation is then "" (`length`: "300 subwords", or
             "20,000,000 characters" when refused untokenized); None: raise ``ValueError``.
     """
+    precision = int8_precision(precision) if is_int8(model) else precision
     precision = resolve_precision(precision, _device_of(model))
     _check_decoding(beam_size, length_penalty, max_len_a, max_len_b, tok.get_vocab_size())
     _check_int("batch_size", batch_size)
@@ -329,17 +333,25 @@ def translate(
     *,
     length_penalty: float | None = None,
     on_too_long: Callable[[int, str, int], None] | None = None,
+    int8: bool = False,
 ) -> list[str]:
     """Translate sentences with a saved model and the decoding settings of its config.
 
     `beam_size`, `length_penalty` None: the config's ``beam_size`` and ``length_penalty``.
     `precision`, `max_input_len`, `on_too_long`: as in ``translate_sentences``; precision
-    "auto" whatever the checkpoint trained in. The command line's ``translate`` does the
-    same, batch by batch as stdin's lines arrive.
+    "auto" whatever the checkpoint trained in. `int8`: translate with ``quantize_int8``'s
+    copy of the model, on the CPU (the default device then; another is a ValueError). The
+    command line's ``translate`` does the same, batch by batch as stdin's lines arrive.
     """
+    if int8:
+        device = torch.device("cpu" if device is None else device)
+        if device.type != "cpu":
+            raise ValueError(f"int8 translation runs on the CPU only, got device {device}")
+        precision = int8_precision(precision)  # bf16 is refused before the model loads
     device = device or default_device()
     resolve_precision(precision, device)  # a bad value fails before the model loads
     model, tok, cfg = load_model(checkpoint, device)
+    model = quantize_int8(model) if int8 else model
     beam_size = cfg.beam_size if beam_size is None else beam_size
     return translate_sentences(model, tok, sentences, beam_size=beam_size,
                                max_input_len=max_input_len, precision=precision,

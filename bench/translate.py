@@ -1,0 +1,280 @@
+"""Translation speed: the shipped model, ours against CTranslate2 on the same weights.
+
+    python -m bench.translate                       # ~4-7 min → results/bench_translate.json
+    python -m bench.translate --limit 100 --out /tmp/bench_translate.json   # a quick look
+
+The shipped German→English model translates the 1,000 sentences of Multi30k's
+test_2016_flickr with beam search (the shipped config's beam size and GNMT length penalty
+alpha), on `--threads` CPU threads (default 2), in four ways:
+
+* ``ours_fp32``: ``translate_sentences`` as ``translate`` runs it, in fp32. It already sorts
+  the sentences by length into batches (``inference._batched``): 64 beam rows per batch.
+* ``ours_int8``: the same on ``quantize_int8``'s copy (``translate --int8``): the linear
+  layers called as modules in int8, PyTorch's dynamic quantization.
+* ``ct2_fp32``, ``ct2_int8``: CTranslate2 (``bench/ct2_convert.py``) on the same weights,
+  ``compute_type`` float32 and int8, the same sentences per batch, text in and text out
+  through our tokenizer (its time counted, as in ours).
+
+CTranslate2 ranks hypotheses by log P / |Y|^beta, not by our GNMT penalty; beta is chosen
+like our alpha was, by BLEU on the validation set (``--betas``), unless ``--beta`` fixes it.
+Before timing, a token-for-token check: greedy (beam 1) output ids of CTranslate2 fp32 and
+of ours fp32 on every sentence must be equal (the conversion is exact up to float rounding).
+The four systems are timed interleaved (A B C D, B C D A, ...; ``bench/common.py``) after a
+short warm-up; ``seconds`` is the median of ``--repeats`` rounds, every round is recorded.
+Target tokens are the output's subwords under our tokenizer, the same count for every system.
+Exit status 1 if the greedy check found a difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import (
+    RESULTS,
+    format_table,
+    git_commit,
+    interleaved_times,
+    load_average,
+    machine_description,
+    now_iso,
+    write_json,
+)
+from bench.ct2_convert import convert, translate_ids
+from transformer_lib.translation import inference
+from transformer_lib.translation.data import decode_ids, encode_text, load_multi30k
+from transformer_lib.translation.pretrained import load_pretrained
+from transformer_lib.translation.quantize import quantize_int8
+
+SYSTEMS = {
+    "ours_fp32": "translate_sentences, precision fp32, length-sorted batches",
+    "ours_int8": "translate_sentences on quantize_int8(model) (translate --int8)",
+    "ct2_fp32": "CTranslate2 Translator, compute_type float32",
+    "ct2_int8": "CTranslate2 Translator, compute_type int8 (the same fp32 model file)",
+}
+BETAS = [round(0.1 * i, 1) for i in range(11)]  # 0.0 … 1.0
+# what makes a run "emulated" (the issue's recipe for an AVX2 machine on an AVX-512 one)
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
+                 "CT2_FORCE_CPU_ISA")
+BATCH_ROWS = 64  # translate_sentences' default batch_size: beam rows per batch
+
+
+def ct2_translator(model_dir: Path, compute_type: str, threads: int) -> Any:
+    import ctranslate2
+
+    return ctranslate2.Translator(str(model_dir), device="cpu", compute_type=compute_type,
+                                  inter_threads=1, intra_threads=threads)
+
+
+def ct2_sentences(translator: Any, tok: Any, sentences: Sequence[str], *, beam_size: int,
+                  beta: float, decoding: dict[str, Any]) -> list[str]:
+    """Text to text with CTranslate2: our tokenizer's ids in, its output ids decoded by ours."""
+    sources = [encode_text(tok, s) for s in sentences]
+    longest = max(inference._out_len(len(ids), decoding["max_len_a"], decoding["max_len_b"], None)
+                  for ids in sources)
+    ids = translate_ids(translator, tok, sources, beam_size=beam_size, length_penalty=beta,
+                        max_decoding_length=longest - 1,  # ours counts <s>
+                        max_batch_size=max(1, BATCH_ROWS // beam_size))
+    return [decode_ids(tok, row) for row in ids]
+
+
+def greedy_check(model: Any, tok: Any, translator: Any, sentences: Sequence[str],
+                 decoding: dict[str, Any]) -> dict[str, Any]:
+    """Greedy output ids of ours and CTranslate2, sentence by sentence, each cut to its own
+    length limit (greedy's first n tokens do not depend on the rest)."""
+    sources = [encode_text(tok, s) for s in sentences]
+    a, b = decoding["max_len_a"], decoding["max_len_b"]
+    limits = [inference._out_len(len(ids), a, b, None) - 1 for ids in sources]  # without <s>
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    ours: dict[int, list[int]] = {}
+    for start in range(0, len(order), BATCH_ROWS):  # the path translate_sentences takes
+        idx = order[start : start + BATCH_ROWS]
+        rows = inference._decode_batch(model, [sources[i] for i in idx], beam_size=1,
+                                       length_penalty=0.0, max_len_a=a, max_len_b=b,
+                                       precision="fp32")
+        ours.update({i: inference._cut(row) for i, row in zip(idx, rows)})
+    theirs = translate_ids(translator, tok, sources, beam_size=1,
+                           max_decoding_length=max(limits), max_batch_size=BATCH_ROWS)
+    differ = [i for i in range(len(sources)) if ours[i] != theirs[i][: limits[i]]]
+    return {"sentences": len(sources), "identical": len(sources) - len(differ),
+            "differing_indices": differ[:20], "beam_size": 1, "precision": "fp32",
+            "compute_type": "float32"}
+
+
+def choose_beta(translator: Any, tok: Any, pairs: Sequence[tuple[str, str]], betas: list[float],
+                beam_size: int, decoding: dict[str, Any]) -> dict[str, Any]:
+    """CTranslate2's beta with the best validation BLEU (the smallest among equals)."""
+    sources = [s for s, _ in pairs]
+    bleus = {}
+    for beta in betas:
+        hyps = ct2_sentences(translator, tok, sources, beam_size=beam_size, beta=beta,
+                             decoding=decoding)
+        bleus[beta] = inference.bleu(hyps, pairs).score
+    best = max(betas, key=lambda b: (round(bleus[b], 2), -b))
+    return {"chosen": best, "by": f"validation BLEU, {len(pairs)} sentences",
+            "validation_bleu": {str(b): round(v, 2) for b, v in bleus.items()}}
+
+
+def systems(model: Any, tok: Any, ct2_dir: Path, *, threads: int, beam_size: int,
+            beta: float, decoding: dict[str, Any]) -> dict[str, Callable[[list[str]], list[str]]]:
+    """Per system, a function translating a list of sentences to a list of texts."""
+    int8 = quantize_int8(model)
+
+    def ours(m: Any) -> Callable[[list[str]], list[str]]:
+        return lambda sentences: inference.translate_sentences(
+            m, tok, sentences, beam_size=beam_size, precision="fp32", **decoding)
+
+    def theirs(compute_type: str) -> Callable[[list[str]], list[str]]:
+        t = ct2_translator(ct2_dir, compute_type, threads)
+        return lambda sentences: ct2_sentences(t, tok, sentences, beam_size=beam_size,
+                                               beta=beta, decoding=decoding)
+
+    return {"ours_fp32": ours(model), "ours_int8": ours(int8),
+            "ct2_fp32": theirs("float32"), "ct2_int8": theirs("int8")}
+
+
+def measure(fns: dict[str, Callable[[list[str]], list[str]]], sentences: list[str],
+            repeats: int) -> tuple[dict[str, list[float]], dict[str, list[list[str]]]]:
+    """Interleaved wall-clock seconds of each system on `sentences` after a warm-up on 32 of
+    them, and each system's outputs, round by round."""
+    outputs: dict[str, list[list[str]]] = {name: [] for name in fns}
+
+    def keeping(name: str) -> Callable[[], None]:
+        return lambda: outputs[name].append(fns[name](sentences))
+
+    for fn in fns.values():  # kernels chosen, memory allocated: not in the first timed round
+        fn(sentences[:32])
+    times = interleaved_times({n: keeping(n) for n in fns}, warmup=0, repeats=repeats,
+                              progress="translate")
+    return times, outputs
+
+
+def row(name: str, seconds: list[float], outputs: list[list[str]], tok: Any,
+        pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    hyps = outputs[0]
+    score = inference.bleu(hyps, pairs)
+    tokens = sum(len(encode_text(tok, h, add_special=False)) for h in hyps)
+    s = statistics.median(seconds)
+    return {
+        "system": name, "how": SYSTEMS[name], "seconds": round(s, 3),
+        "seconds_all": [round(t, 3) for t in seconds],
+        "sentences_per_s": round(len(pairs) / s, 1), "target_tokens": tokens,
+        "target_tokens_per_s": round(tokens / s, 1), "bleu": round(score.score, 2),
+        "bleu_unrounded": score.score, "score_line": str(score),
+        "same_output_every_round": all(o == hyps for o in outputs),
+    }
+
+
+def goals(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Issue 33's goals: ours fp32 within 2x of CTranslate2 fp32 at equal BLEU (±0.2); an
+    int8 path within 0.5 BLEU of fp32 and at least as fast as CTranslate2 fp32."""
+    o, q, c = rows["ours_fp32"], rows["ours_int8"], rows["ct2_fp32"]
+    return {
+        "ours_fp32_over_ct2_fp32_time": round(o["seconds"] / c["seconds"], 2),
+        "ours_fp32_within_2x_of_ct2_fp32": o["seconds"] <= 2 * c["seconds"],
+        "bleu_ours_fp32_minus_ct2_fp32": round(o["bleu"] - c["bleu"], 2),
+        "ours_int8_over_ct2_fp32_time": round(q["seconds"] / c["seconds"], 2),
+        "ours_int8_at_least_as_fast_as_ct2_fp32": q["seconds"] <= c["seconds"],
+        "bleu_ours_int8_minus_ours_fp32": round(q["bleu"] - o["bleu"], 2),
+        "ours_int8_within_0.5_bleu": abs(q["bleu"] - o["bleu"]) <= 0.5,
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--limit", type=int, default=None,
+                   help="only the first n test sentences (and n validation ones for beta)")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads of every system")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved timed rounds")
+    p.add_argument("--beam", type=int, default=None,
+                   help="beam size (default: the shipped config's)")
+    p.add_argument("--beta", type=float, default=None,
+                   help="CTranslate2's length penalty beta (default: chosen on validation)")
+    p.add_argument("--betas", type=float, nargs="+", default=BETAS,
+                   help="the betas tried on the validation set")
+    p.add_argument("--out", type=Path, default=RESULTS / "bench_translate.json")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark, write the JSON file (``--out``) and return its content."""
+    args = parse_args(argv)
+    commit = git_commit()  # now: the code that runs, even if files change later
+    torch.set_num_threads(args.threads)
+    machine = machine_description()
+    start = time.perf_counter()
+    model, tok, cfg = load_pretrained(device="cpu")
+    beam = cfg.beam_size if args.beam is None else args.beam
+    decoding = cfg.decode_kwargs()  # the shipped alpha (length_penalty) and length limits
+    lang = (cfg.src_lang, cfg.tgt_lang)
+    test = load_multi30k("test", cfg.data_dir, *lang, limit=args.limit)
+    sentences = [s for s, _ in test]
+    with tempfile.TemporaryDirectory() as tmp:
+        ct2_dir = convert(model, tok, Path(tmp) / "ct2")
+        check = greedy_check(model, tok, ct2_translator(ct2_dir, "float32", args.threads),
+                             sentences, decoding)
+        print(f"greedy check: {check['identical']}/{check['sentences']} identical",
+              file=sys.stderr)
+        if args.beta is None:
+            val = load_multi30k("val", cfg.data_dir, *lang, limit=args.limit)
+            beta = choose_beta(ct2_translator(ct2_dir, "float32", args.threads), tok, val,
+                               args.betas, beam, decoding)
+        else:
+            beta = {"chosen": args.beta, "by": "fixed (--beta)"}
+        fns = systems(model, tok, ct2_dir, threads=args.threads, beam_size=beam,
+                      beta=beta["chosen"], decoding=decoding)
+        times, outputs = measure(fns, sentences, args.repeats)
+    rows = {n: row(n, times[n], outputs[n], tok, test) for n in SYSTEMS}
+    print(format_table(list(rows.values()), ["system", "seconds", "sentences_per_s",
+                                             "target_tokens_per_s", "bleu"]))
+    out = {
+        "benchmark": "translate",
+        "description": __doc__.split("\n\n")[0],
+        "command": " ".join(["python -m bench.translate",
+                             *(sys.argv[1:] if argv is None else argv)]),
+        "date": now_iso(),
+        "git_commit": commit,
+        "machine": {**machine, "load_average_end": load_average(),
+                    "isa_environment": {k: os.environ[k] for k in ISA_VARIABLES
+                                        if k in os.environ},
+                    "emulated": any(k in os.environ for k in ISA_VARIABLES)},
+        "wall_time_s": round(time.perf_counter() - start, 1),
+        "config": {
+            "model": "shipped (transformer_lib.load_pretrained()), fp32 weights on the CPU",
+            "split": "test (test_2016_flickr)", "sentences": len(test), "threads": args.threads,
+            "beam_size": beam, "ours_length_penalty_alpha": decoding["length_penalty"],
+            "ct2_length_penalty_beta": beta, "max_len_a": decoding["max_len_a"],
+            "max_len_b": decoding["max_len_b"], "sentences_per_batch": BATCH_ROWS // beam,
+            "ours_batches": "already sorted by length (translate_sentences)",
+            "repeats": args.repeats, "statistic": "median of interleaved rounds",
+            "ctranslate2_version": _ct2_version(),
+            "signature": inference.bleu_signature(),
+        },
+        "greedy_check": check,
+        "results": list(rows.values()),
+        "goals": goals(rows),
+    }
+    write_json(args.out, out)
+    print(f"wrote {args.out}")
+    return out
+
+
+def _ct2_version() -> str:
+    import ctranslate2
+
+    return ctranslate2.__version__
+
+
+if __name__ == "__main__":
+    result = main()
+    sys.exit(0 if result["greedy_check"]["identical"] == result["greedy_check"]["sentences"]
+             else 1)
