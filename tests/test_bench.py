@@ -126,10 +126,22 @@ QUALITY_KEYS = COMMON_KEYS + [
     "target/met_against_fp32_with_the_same_dropout",
 ]
 
+TRANSLATE_KEYS = COMMON_KEYS + [
+    "wall_time_s",
+    "machine/load_average_end",
+    *(f"config/{k}" for k in ("sentences", "beam_size", "threads", "repeats")),
+    "config/ct2_length_penalty_beta/chosen",
+    "greedy_check/identical",
+    "greedy_check/sentences",
+    *(f"results/*/{k}" for k in ("system", "seconds", "sentences_per_s",
+                                 "target_tokens_per_s", "bleu")),
+]
+
 
 @pytest.mark.parametrize(
     ("name", "keys"),
     [
+        ("bench_translate.json", TRANSLATE_KEYS),
         ("bench_train.json", TRAIN_KEYS + EXTRAS_KEYS + BUCKETING_KEYS),
         ("bench_attention.json", ATTENTION_KEYS),
         ("bench_decode.json", DECODE_KEYS),
