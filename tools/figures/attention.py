@@ -23,6 +23,7 @@ from .svg import (
     Svg,
     num,
     tint,
+    vector_cells,
 )
 
 # =========================================================================== attention_qkv.svg
@@ -48,11 +49,7 @@ QKV_DESC = (
 
 
 def _vector(s: Svg, x: float, y: float, values: list[float], color: str, alpha: float = 1.0):
-    """A row of cells, each tinted by the size of its value."""
-    c = QKV_CELL
-    for j, v in enumerate(values):
-        fill = tint(color, alpha * (0.25 + 0.6 * abs(v)))
-        s.rect(x + j * c, y, c, c, fill=fill, stroke=tint(INK, 0.6), sw=0.8, rx=1)
+    vector_cells(s, x, y, values, color, alpha, cell=QKV_CELL)
 
 
 def draw_attention_qkv() -> Svg:

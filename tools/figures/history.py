@@ -25,6 +25,7 @@ from .svg import (
     Svg,
     num,
     tint,
+    vector_cells,
 )
 
 R = 19  # radius of a state circle
@@ -176,10 +177,7 @@ SCORE_X, BAR_X, BAR_W, CTX_X = 228, 300, 120, 560  # column positions
 
 
 def _vector(s: Svg, x: float, y: float, values: list[float], color: str, alpha: float = 1.0):
-    """A row of cells, each tinted by the size of its value."""
-    for k, v in enumerate(values):
-        fill = tint(color, alpha * (0.25 + 0.6 * abs(v)))
-        s.rect(x + k * CELL, y, CELL, CELL, fill=fill, stroke=tint(INK, 0.6), sw=0.8, rx=1)
+    vector_cells(s, x, y, values, color, alpha, cell=CELL)
 
 
 def draw_bahdanau() -> Svg:

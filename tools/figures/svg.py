@@ -250,3 +250,11 @@ class Svg:
             f'<rect width="{self.width}" height="{self.height}" fill="#ffffff"/>\n'
         )
         return head + "\n".join(self.parts) + "\n</svg>\n"
+
+
+def vector_cells(s: Svg, x: float, y: float, values: list[float], color: str,
+                 alpha: float = 1.0, cell: float = 15) -> None:
+    """A row of square cells from (x, y), each tinted by the size of its value."""
+    for k, v in enumerate(values):
+        fill = tint(color, alpha * (0.25 + 0.6 * abs(v)))
+        s.rect(x + k * cell, y, cell, cell, fill=fill, stroke=tint(INK, 0.6), sw=0.8, rx=1)
