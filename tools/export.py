@@ -46,6 +46,7 @@ WHAT = {
     "gru": "The GRU encoder-decoder with additive attention: the baseline of chapter 8",
     "lm": "A decoder-only language model, sampling, and masked-token corruption",
     "attention_variants": "Grouped-query attention and rotary position embeddings (RoPE)",
+    "modern": "Today's decoder block: RMSNorm, SwiGLU and a Llama-style language model",
 }
 HEADER = (
     '"""{what} (generated).\n\nWritten from {sources} ({doc})\nby tools/export.py: do not edit. '

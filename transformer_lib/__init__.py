@@ -53,6 +53,7 @@ from .attention_variants import (
     apply_rope,
     RotaryAttention,
 )
+from .modern import RMSNorm, SwiGLU, make_modern_lm
 from .translation.data import (
     PAD,
     BOS,
@@ -148,6 +149,9 @@ __all__ = [
     "kv_cache_bytes",
     "apply_rope",
     "RotaryAttention",
+    "RMSNorm",
+    "SwiGLU",
+    "make_modern_lm",
     "PAD",
     "BOS",
     "EOS",

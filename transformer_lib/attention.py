@@ -197,7 +197,7 @@ def check_positive_int(value: object, name: str) -> int:
         name: the argument's name, used in the error message.
 
     Returns ``int(value)``; raises ValueError naming ``name`` otherwise. Used
-    for every size in the package: the paper's ``h``, ``d_model``, ``d_ff``
+    for most sizes in the package: the paper's ``h``, ``d_model``, ``d_ff``
     and ``N`` (Section 3), vocabulary sizes and table lengths. Defined in
     chapter 1.
     """

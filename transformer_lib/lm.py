@@ -200,8 +200,9 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
 
     Args:
         logits: (..., vocab) unnormalised scores.
-        top_k: keep the k highest logits (exactly k: ties at the k-th value
-            are broken by index), or None. Fan et al. (2018).
+        top_k: keep the k highest logits (exactly k: ``torch.topk`` picks
+            which of the tokens tied at the k-th value stay), or None. Fan
+            et al. (2018).
         top_p: keep the smallest set of most probable tokens whose
             probability sums to at least top_p, in (0, 1], or None. Nucleus
             sampling, Holtzman et al. (2020).

@@ -275,10 +275,12 @@ def make_model(
         attn_dropout, ffn_dropout: dropout on the attention weights and on the
             FFN's hidden activations; None (default) uses ``dropout``, as the
             Annotated Transformer and ``nn.Transformer`` do. 0 for both is the
-            paper's placement (section 5.4) and faster (fused attention).
+            paper's placement (paper section 5.4), and faster on a CPU,
+            where the fused attention kernel has no dropout.
         skip_padding: the layers run their feed-forward blocks on the
             positions the masks leave visible only (the same outputs at real
-            positions; see ``visible_positions``).
+            positions, in distribution when dropout is on; see
+            ``visible_positions``).
 
     Returns an EncoderDecoder; ``model.generator`` maps its output to
     log-probabilities. Paper section 3, Table 3 (base model). Defined in

@@ -235,8 +235,9 @@ def _fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: flo
     """:func:`fused_attention`, in fp32 for bf16/fp16 inputs on a CPU.
 
     Same arguments and result (in the inputs' dtype). A speed-only variant:
-    without AMX, PyTorch's fused CPU kernel is slower in bf16 than in fp32
-    (measured in the performance appendix).
+    on the CPU the performance appendix measured (AVX-512 with bf16
+    instructions, no AMX), PyTorch's fused CPU kernel was slower in bf16
+    than in fp32.
     """
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
         # autocast would cast the fp32 inputs straight back to bf16

@@ -65,7 +65,8 @@ class Batch:
         ntokens: number of non-padding tokens in ``tgt_y`` (what the loss is
             averaged over).
 
-    Batching of section 5.1; decoder input of section 3.1 (teacher forcing).
+    Batching of paper section 5.1; the decoder input of paper section
+    3.1 (teacher forcing).
     Defined in chapter 6.
     """
 
@@ -144,7 +145,7 @@ class LabelSmoothing(nn.Module):
     divergence, a scalar, computed in closed form without building the (N, size) target
     distribution. ``self.true_dist`` gives that distribution for the last call (built on
     demand, for plots and checks).
-    Label smoothing of section 5.4 (Szegedy et al., 2016). Defined in chapter 6.
+    Label smoothing of paper section 5.4 (Szegedy et al., 2016). Defined in chapter 6.
     """
 
     def __init__(self, size: int, padding_idx: int, smoothing: float = 0.0) -> None:
@@ -257,7 +258,7 @@ def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
 
     Use as ``LambdaLR(optimizer, lambda s: rate(s, d_model, factor, warmup))``
     with base lr 1.0.
-    Equation (3) of section 5.3. Defined in chapter 6.
+    Equation (3) of paper section 5.3. Defined in chapter 6.
     """
     if warmup < 1:
         raise ValueError(f"warmup must be >= 1 step, got {warmup}")
@@ -285,7 +286,7 @@ class SimpleLossCompute:
     loss, detached, for logging; loss / norm, to back-propagate). An
     all-padding batch has norm 0 and loss 0: it is divided by 1 instead,
     giving a zero loss and zero gradient rather than NaN.
-    Part of the training procedure of section 5. Defined in chapter 6.
+    Part of the training procedure of paper section 5. Defined in chapter 6.
     """
 
     def __init__(self, generator: Callable[[Tensor], Tensor], criterion: nn.Module) -> None:
@@ -392,7 +393,7 @@ def train_step(
     Returns:
         (summed loss over the real target tokens, number of those tokens).
     Raises FloatingPointError, before updating, if the loss is not finite.
-    The training step of section 5. Defined in chapter 6.
+    The training step of paper section 5. Defined in chapter 6.
     """
     if precision not in ("fp32", "bf16"):
         raise ValueError(f'precision must be "fp32" or "bf16", got {precision!r}')
@@ -471,7 +472,7 @@ def run_epoch(
 
     Returns:
         (loss per non-padding target token over the epoch, the train state).
-    The training procedure of section 5. Defined in chapter 6.
+    The training procedure of paper section 5. Defined in chapter 6.
     """
     _check_epoch_args(mode, accum, clip_norm, optimizer)
     train = mode == "train"
