@@ -149,7 +149,8 @@ def _card(results: dict, bf16_scores: dict, files: list[str]) -> str:
         f"- command: `{r['command']}`",
         commit_line,
         f"- {r['epochs']} epochs, {r['steps']:,} steps, {r['train_minutes']} minutes of training"
-        f" ({r['wall_minutes_total']} minutes for the whole command)",
+        + (f" ({r['wall_minutes_total']} minutes for the whole command)"
+           if r["wall_minutes_total"] is not None else " (the whole command's time not recorded)"),
         machine_line,
         f"- note: {r.get('note', '')}",
         "",
