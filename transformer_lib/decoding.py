@@ -21,8 +21,9 @@ class KVCache:
     Self-attention: ``self_kv[l] = (k, v)``, each (batch, h, t, d_k) for the t
     target positions decoded so far; every step appends one position. Source
     attention: ``src_kv[l]``, each (batch, h, src_len, d_k), is projected once
-        from the encoder output and reused at every step.
-    Incremental decoding of the decoder of Vaswani et al. (2017), section 3.1.
+    from the encoder output and reused at every step. The decoder is the one
+    of paper section 3.1, run one position at a time (the paper does not
+    describe the cache).
     Defined in chapter 7.
 
     Args:
@@ -161,10 +162,9 @@ def greedy_decode(
 
     The output starts with ``start_symbol`` and has at most ``max_len`` tokens
     *including* it, i.e. at most ``max_len - 1`` generated tokens. A sentence
-    that emits ``end_symbol`` is
-    finished: its later positions are filled with ``end_symbol``, and decoding
-        stops as soon as
-    every sentence is finished (so the output may be shorter than
+    that emits ``end_symbol`` is finished: its later positions are filled
+    with ``end_symbol``, and decoding stops as soon as every sentence is
+    finished (so the output may be shorter than
     ``max_len``). Without an ``end_symbol`` exactly ``max_len`` tokens are
     returned. Call ``model.eval()`` first. Auto-regressive decoding, Vaswani
     et al. (2017), section 3. Defined in chapter 7.
