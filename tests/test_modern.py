@@ -44,6 +44,11 @@ def test_rms_norm_rejects_bad_input():
         RMSNorm(4, eps=0.0)
     with pytest.raises(ValueError, match="x must have 4 features"):
         RMSNorm(4)(torch.ones(2, 5))
+    # a last dimension of 1 would broadcast against the gain silently
+    with pytest.raises(ValueError, match="x must have 4 features"):
+        RMSNorm(4)(torch.ones(2, 1))
+    with pytest.raises(ValueError, match="eps must be positive, got nan"):
+        RMSNorm(4, eps=float("nan"))
 
 
 def test_swiglu_is_the_gated_formula_without_biases():

@@ -17,6 +17,8 @@ from .positional import sinusoidal_positions, PositionalEncoding, LearnedPositio
 from .layers import (
     Embeddings,
     layer_norm_by_hand,
+    check_norm_args,
+    check_features,
     LayerNorm,
     SublayerConnection,
     Dropout,
@@ -104,6 +106,8 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "Embeddings",
     "layer_norm_by_hand",
+    "check_norm_args",
+    "check_features",
     "LayerNorm",
     "SublayerConnection",
     "Dropout",

@@ -6,6 +6,8 @@ by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 __all__ = [
     "Embeddings",
     "layer_norm_by_hand",
+    "check_norm_args",
+    "check_features",
     "LayerNorm",
     "SublayerConnection",
     "Dropout",
@@ -77,6 +79,31 @@ def layer_norm_by_hand(x: Tensor, g: Tensor, b: Tensor, eps: float = 1e-6) -> Te
     return g * (x - mean) / torch.sqrt(var + eps) + b
 
 
+def check_norm_args(features: int, eps: float) -> tuple[int, float]:
+    """A norm's width and epsilon, checked (``LayerNorm``, ``RMSNorm``).
+
+    features must be a positive int and eps a positive number; the error
+    names the argument. Defined in chapter 5.
+    """
+    features = check_positive_int(features, "features")
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    return features, eps
+
+
+def check_features(x: Tensor, features: int) -> None:
+    """Raise a ValueError unless x's last dimension has ``features`` entries.
+
+    Without it a wrong width fails inside torch (``F.layer_norm``) or,
+    when the last dimension is 1, broadcasts silently (``RMSNorm``).
+    Defined in chapter 5.
+    """
+    if x.size(-1) != features:
+        raise ValueError(
+            f"x must have {features} features in its last dimension, got shape {tuple(x.shape)}"
+        )
+
+
 class LayerNorm(nn.Module):
     """Layer norm over the last dim: g * (x - mean) / sqrt(var + eps) + b.
 
@@ -94,19 +121,13 @@ class LayerNorm(nn.Module):
 
     def __init__(self, features: int, eps: float = 1e-6) -> None:
         super().__init__()
-        features = check_positive_int(features, "features")
-        if not eps > 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        features, eps = check_norm_args(features, eps)
         self.weight = nn.Parameter(torch.ones(features))  # gain g
         self.bias = nn.Parameter(torch.zeros(features))  # bias b
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-1) != self.weight.numel():
-            raise ValueError(
-                f"x must have {self.weight.numel()} features in its last "
-                f"dimension, got shape {tuple(x.shape)}"
-            )
+        check_features(x, self.weight.numel())
         # layer_norm_by_hand(x, self.weight, self.bias, self.eps), fused
         return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
 

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from transformer_lib.attention import check_positive_int, check_probability
 from transformer_lib.attention_variants import RotaryAttention
-from transformer_lib.layers import Dropout
+from transformer_lib.layers import Dropout, check_features, check_norm_args
 from transformer_lib.lm import TransformerLM
 
 
@@ -32,18 +32,12 @@ class RMSNorm(nn.Module):
 
     def __init__(self, features: int, eps: float = 1e-6) -> None:
         super().__init__()
-        features = check_positive_int(features, "features")
-        if not eps > 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        features, eps = check_norm_args(features, eps)  # as LayerNorm's
         self.weight = nn.Parameter(torch.ones(features))  # gain g
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-1) != self.weight.numel():
-            raise ValueError(
-                f"x must have {self.weight.numel()} features in its last "
-                f"dimension, got shape {tuple(x.shape)}"
-            )
+        check_features(x, self.weight.numel())
         rms = x.pow(2).mean(-1, keepdim=True).add(self.eps).sqrt()  # (..., 1)
         return self.weight * (x / rms)
 
