@@ -30,6 +30,7 @@ RESULTS = ROOT / "results"
 __all__ = [
     "ROOT",
     "RESULTS",
+    "ISA_VARIABLES",
     "machine_description",
     "git_commit",
     "now_iso",
@@ -41,6 +42,13 @@ __all__ = [
     "write_json",
     "format_table",
 ]
+
+
+# the variables that make a CPU run as a weaker one (an AVX2 machine on an AVX-512 one:
+# ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2); a run
+# under any of them is labelled "emulated" in its machine description
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
+                 "CT2_FORCE_CPU_ISA")
 
 
 def load_average() -> list[float] | None:
@@ -58,7 +66,9 @@ def machine_description() -> dict[str, Any]:
     ``torch_version``, ``torch_threads``, ``load_average_start``) keep their names.
     ``bf16_native``: whether oneDNN runs bfloat16 natively on this CPU (elsewhere bf16
     autocast is emulated and slower than fp32); ``precision_auto``: what the trainer's
-    precision "auto" (and ``fast``) resolves to on it.
+    precision "auto" (and ``fast``) resolves to on it; ``isa_environment`` and
+    ``emulated``: the variables of :data:`ISA_VARIABLES` that are set (such a run measures
+    an emulated, weaker CPU, and ``bf16_native`` is what oneDNN reports under them).
     """
     p = provenance()
     machine, torch_info = p["machine"], p["torch"]
@@ -74,6 +84,8 @@ def machine_description() -> dict[str, Any]:
         "python": p["python"],
         "platform": machine["os"],
         "load_average_start": load_average(),
+        "isa_environment": {k: os.environ[k] for k in ISA_VARIABLES if k in os.environ},
+        "emulated": any(k in os.environ for k in ISA_VARIABLES),
     }
 
 
