@@ -401,6 +401,29 @@ def test_trained_copy_model_decodes_the_copy(copy_model, use_cache):
         assert not torch.equal(best, second)
 
 
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_beam_drops_done_sentences_and_equals_each_sentence_alone(copy_model, use_cache):
+    """Sentences of different lengths finish at different steps and leave the batch (the
+    generator sees fewer rows); every sentence still gets what it gets decoded alone."""
+    src, _ = copy_batch(8, torch.Generator().manual_seed(7))
+    src_mask = (src != PAD).unsqueeze(-2)
+    assert len(set(src_mask.sum((1, 2)).tolist())) >= 3
+    rows: list[int] = []
+    hook = copy_model.generator.register_forward_pre_hook(lambda m, a: rows.append(a[0].size(0)))
+    try:
+        batched = beam_search(copy_model, src, src_mask, 10, BOS, EOS, beam_size=3, n_best=2,
+                              use_cache=use_cache)
+    finally:
+        hook.remove()
+    assert rows[0] == 8 * 3 and rows == sorted(rows, reverse=True) and rows[-1] < rows[0]
+    for b in range(src.size(0)):
+        [alone] = beam_search(copy_model, src[b : b + 1], src_mask[b : b + 1], 10, BOS, EOS,
+                              beam_size=3, n_best=2, use_cache=use_cache)
+        assert [t.tolist() for t, _ in batched[b]] == [t.tolist() for t, _ in alone]
+        torch.testing.assert_close([s for _, s in batched[b]], [s for _, s in alone],
+                                   atol=1e-5, rtol=1e-5)
+
+
 # --------------------------------------------------------------------------- bad arguments
 
 

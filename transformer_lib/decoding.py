@@ -46,17 +46,22 @@ class KVCache:
         self.self_kv[layer] = (k, v)
         return k, v
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, sources: bool = False) -> None:
         """Keep the self-attention entries of batch rows ``index``, in order.
 
-        Beam search calls it with each surviving hypothesis's parent row. The
-        source entries are not touched, so each row must be replaced by a row
-        with the same source sentence.
+        Beam search calls it with each surviving hypothesis's parent row, a
+        row of the same sentence, so the source entries can stay as they
+        are. When sentences leave the batch (``sources=True``), ``index``
+        has fewer rows, and the source entries are selected too.
         """
         self.self_kv = [
             None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
             for kv in self.self_kv
         ]
+        if sources:
+            self.src_kv = [
+                (k.index_select(0, index), v.index_select(0, index)) for k, v in self.src_kv
+            ]
 
 
 def _decoder_layer_step(
@@ -143,8 +148,14 @@ class _NextTokenLogProbs:
                 out = self.cache.step(ys[:, -1:])[:, -1]
         return self.model.generator(out).float()  # (rows, vocab); float32 even under autocast
 
-    def reorder(self, index: Tensor) -> None:
-        if self.cache is not None:
+    def reorder(self, index: Tensor, sources: bool = False) -> None:
+        """Keep rows ``index``; ``sources``: rows of finished sentences go."""
+        if sources:
+            self.memory = self.memory.index_select(0, index)
+            self.src_mask = self.src_mask.index_select(0, index)
+        if isinstance(self.cache, KVCache):
+            self.cache.reorder(index, sources)
+        elif self.cache is not None:  # chapter 8's: it selects its sources
             self.cache.reorder(index)
 
 
@@ -329,6 +340,13 @@ def _mark_done(finished: list, done: list, scores: Tensor, n_best: int, best_lp:
             done[b] = nth >= best_alive[b] / best_lp
 
 
+def _live_rows(done: list, k: int, device: torch.device) -> Tensor:
+    """Rows b*k + j of the sentences not done, in order: (live*k,)."""
+    live = [b for b, is_done in enumerate(done) if not is_done]
+    live = torch.tensor(live, dtype=torch.long, device=device)
+    return (k * live[:, None] + torch.arange(k, device=device)).flatten()
+
+
 def _add_live(finished: list, done: list, scores: Tensor, ys: Tensor, lp: float) -> None:
     """At max_len, each sentence not done adds its live hypotheses as they
     are (without EOS): scores (batch, k) their log P, ys (batch*k, t)."""
@@ -389,7 +407,8 @@ def beam_search(
     scores = torch.full((batch, k), -math.inf, device=device)
     scores[:, 0] = 0.0
     finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(batch)]
-    done = [False] * batch  # per sentence
+    results = finished  # per input sentence; finished shrinks with the batch
+    done = [False] * batch  # per sentence still in the batch
     first_row = k * torch.arange(batch, device=device)[:, None]  # (batch, 1)
     for t in range(1, max_len):  # t tokens generated after this step
         if all(done):  # every sentence (at once for an empty batch)
@@ -404,17 +423,27 @@ def beam_search(
         is_eos = token == end_symbol  # (batch, 2k)
         # 2) EOS among the best k: that hypothesis finishes, leaves the beam
         _finish(finished, done, ys, top, origin, is_eos, end_symbol, lp(t))
-        # 3) the best k without EOS are the new beam; the cache follows them
+        # 3) the best k without EOS are the new beam
         rank = torch.arange(top.size(1), device=device) + is_eos * top.size(1)
         keep = rank.argsort(dim=-1)[:, :k]  # (batch, k)
         scores = top.gather(1, keep)
         parents = (first_row + origin.gather(1, keep)).flatten()  # (batch*k,)
         new = token.gather(1, keep).view(-1, 1)  # (batch*k, 1)
-        ys = torch.cat([ys.index_select(0, parents), new], dim=1)
-        next_log_probs.reorder(parents)
         # 4) done once no live hypothesis can beat the n_best-th finished one
         best_lp = max(lp(t + 1), lp(max_len - 1))  # largest still reachable
         _mark_done(finished, done, scores, n_best, best_lp)
+        # 5) sentences done leave the batch: later steps skip their rows
+        shrink = any(done)
+        if shrink:
+            rows = _live_rows(done, k, device)  # (live*k,)
+            finished = [f for f, d in zip(finished, done) if not d]
+            batch, done = len(finished), [False] * len(finished)
+            scores = scores.flatten()[rows].view(batch, k)
+            parents, new = parents[rows], new[rows]
+            first_row = first_row[:batch]
+        # the prefixes and the cache follow the parents
+        ys = torch.cat([ys.index_select(0, parents), new], dim=1)
+        next_log_probs.reorder(parents, sources=shrink)
     _add_live(finished, done, scores, ys, lp(ys.size(1) - 1))  # at max_len
-    ranked = [sorted(f, key=lambda e: -e[0])[:n_best] for f in finished]
+    ranked = [sorted(f, key=lambda e: -e[0])[:n_best] for f in results]
     return [[(tokens, score) for score, tokens in r] for r in ranked]

@@ -1,0 +1,88 @@
+"""The committed benchmark results were measured on the code they describe.
+
+Each file in ``results/bench_*.json`` records the commit it was measured at. A result is
+stale when a file it measures (the model code, the decoder, the shipped weights, the
+benchmark itself) changed in a later commit: the appendix would then show numbers of code
+that no longer exists. The fix is to re-run the benchmark (``bench/README.md``), not to edit
+the commit in the file.
+
+Needs the git history (a shallow clone cannot say which commit is older: the CI workflows
+check out with ``fetch-depth: 0``); without git or outside a checkout the test is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# what one step of training computes: chapters 1 to 6's modules
+MODEL = [f"transformer_lib/{name}.py"
+         for name in ("attention", "multihead", "positional", "layers", "model", "training")]
+TRAIN_BENCH = [f"bench/{name}.py"
+               for name in ("train_throughput", "train_models", "train_steps", "micro", "flops")]
+SHIPPED = ["transformer_lib/pretrained", "transformer_lib/decoding.py",
+           "transformer_lib/translation/inference.py", "transformer_lib/translation/quantize.py",
+           "transformer_lib/translation/pretrained.py"]
+TRAINER = ["transformer_lib/translation/loop.py", "transformer_lib/translation/config.py",
+           "transformer_lib/translation/precision.py", "transformer_lib/translation/data.py"]
+
+MEASURED = {
+    "bench_train.json": MODEL + TRAIN_BENCH,
+    "bench_train_avx2.json": MODEL + TRAIN_BENCH,
+    "bench_quality.json": MODEL + TRAINER + ["bench/fast_setting_quality.py"],
+    "bench_attention.json": ["transformer_lib/attention.py", "bench/attention_scaling.py"],
+    "bench_decode.json": MODEL + ["transformer_lib/decoding.py", "bench/decode.py"],
+    "bench_translate.json": MODEL + SHIPPED + ["bench/translate.py", "bench/ct2_convert.py"],
+    "bench_rnn.json": MODEL + ["transformer_lib/gru.py", "bench/rnn_speed.py"],
+}
+
+
+def git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=False)
+
+
+@pytest.fixture(scope="module")
+def history() -> None:
+    if shutil.which("git") is None or git("rev-parse", "--git-dir").returncode != 0:
+        pytest.skip("not a git checkout: no history to compare the results' commits with")
+    shallow = git("rev-parse", "--is-shallow-repository").stdout.strip()
+    assert shallow == "false", (
+        "a shallow clone cannot tell which commit is older; fetch the whole history "
+        "(git fetch --unshallow, or actions/checkout with fetch-depth: 0)")
+
+
+def test_every_committed_benchmark_has_its_measured_files():
+    """A new results file needs an entry above (else nothing checks its freshness), and every
+    listed source exists (a renamed module would silently check nothing)."""
+    committed = {p.name for p in (ROOT / "results").glob("bench_*.json")}
+    assert committed <= set(MEASURED), committed - set(MEASURED)
+    for name, paths in MEASURED.items():
+        missing = [p for p in paths if not (ROOT / p).exists()]
+        assert not missing, (name, missing)
+
+
+@pytest.mark.parametrize("name", sorted(MEASURED))
+def test_committed_result_is_newer_than_the_code_it_measures(history, name):
+    path = ROOT / "results" / name
+    if not path.exists():
+        pytest.skip(f"results/{name} is not committed")
+    commit = json.loads(path.read_text(encoding="utf-8"))["git_commit"]
+    assert not commit.endswith("-dirty"), (
+        f"results/{name} was measured on uncommitted code ({commit}); re-run it on a clean "
+        "checkout")
+    assert git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0, (
+        f"results/{name} names commit {commit}, which is not in this history")
+    last = git("log", "-1", "--format=%H", "HEAD", "--", *MEASURED[name]).stdout.strip()
+    assert last, (name, "no commit touches the measured files")
+    fresh = git("merge-base", "--is-ancestor", last, commit).returncode == 0
+    changed = git("diff", "--stat", commit, "HEAD", "--", *MEASURED[name]).stdout
+    assert fresh, (
+        f"results/{name} was measured at {commit[:12]}, before {last[:12]} changed the code it "
+        f"measures; re-run the benchmark (bench/README.md):\n{changed}")
