@@ -340,11 +340,43 @@ def _mark_done(finished: list, done: list, scores: Tensor, n_best: int, best_lp:
             done[b] = nth >= best_alive[b] / best_lp
 
 
-def _live_rows(done: list, k: int, device: torch.device) -> Tensor:
-    """Rows b*k + j of the sentences not done, in order: (live*k,)."""
+def _start_beams(
+    model: nn.Module,
+    src: Tensor,
+    src_mask: Tensor,
+    k: int,
+    start_symbol: int,
+    use_cache: bool,
+) -> tuple[_NextTokenLogProbs, Tensor, Tensor]:
+    """The k beams of each sentence before the first step.
+
+    Sentence b's beam j is row b*k + j. Returns the next-token scorer, the
+    prefixes ys (batch*k, 1) and log P(prefix) per beam (batch, k).
+    """
+    batch, device = src.size(0), src.device
+    # (batch*k, src_len, d_model) and (batch*k, 1, src_len)
+    memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)
+    src_mask = src_mask.repeat_interleave(k, dim=0)
+    next_log_probs = _NextTokenLogProbs(model, memory, src_mask, use_cache)
+    ys = torch.full((batch * k, 1), start_symbol, dtype=torch.long, device=device)
+    # all k beams start identical, so only beam 0 lives
+    scores = torch.full((batch, k), -math.inf, device=device)
+    scores[:, 0] = 0.0
+    return next_log_probs, ys, scores
+
+
+def _keep_live(
+    done: list, finished: list, scores: Tensor, parents: Tensor, new: Tensor
+) -> tuple[list, Tensor, Tensor, Tensor]:
+    """Drop the sentences that are done: their finished lists, their scores
+    (batch, k) and their rows of parents and new (batch*k, ...)."""
+    k = scores.size(1)
     live = [b for b, is_done in enumerate(done) if not is_done]
-    live = torch.tensor(live, dtype=torch.long, device=device)
-    return (k * live[:, None] + torch.arange(k, device=device)).flatten()
+    live = torch.tensor(live, dtype=torch.long, device=scores.device)
+    rows = (k * live[:, None] + torch.arange(k, device=live.device)).flatten()
+    finished = [f for f, is_done in zip(finished, done) if not is_done]
+    scores = scores.flatten()[rows].view(len(finished), k)
+    return finished, scores, parents[rows], new[rows]
 
 
 def _add_live(finished: list, done: list, scores: Tensor, ys: Tensor, lp: float) -> None:
@@ -398,14 +430,7 @@ def beam_search(
     _check_beam_args(model, end_symbol, beam_size, n_best, length_penalty)
     lp = functools.partial(gnmt_length_penalty, alpha=length_penalty)
     batch, k, device = src.size(0), beam_size, src.device
-    # sentence b's beam j is row b*k + j: (batch*k, src_len, d_model)
-    memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)
-    src_mask = src_mask.repeat_interleave(k, dim=0)  # (batch*k, 1, src_len)
-    next_log_probs = _NextTokenLogProbs(model, memory, src_mask, use_cache)
-    ys = torch.full((batch * k, 1), start_symbol, dtype=torch.long, device=device)
-    # log P(prefix) per beam; all k start identical, so only beam 0 lives
-    scores = torch.full((batch, k), -math.inf, device=device)
-    scores[:, 0] = 0.0
+    next_log_probs, ys, scores = _start_beams(model, src, src_mask, k, start_symbol, use_cache)
     finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(batch)]
     results = finished  # per input sentence; finished shrinks with the batch
     done = [False] * batch  # per sentence still in the batch
@@ -435,11 +460,8 @@ def beam_search(
         # 5) sentences done leave the batch: later steps skip their rows
         shrink = any(done)
         if shrink:
-            rows = _live_rows(done, k, device)  # (live*k,)
-            finished = [f for f, d in zip(finished, done) if not d]
+            finished, scores, parents, new = _keep_live(done, finished, scores, parents, new)
             batch, done = len(finished), [False] * len(finished)
-            scores = scores.flatten()[rows].view(batch, k)
-            parents, new = parents[rows], new[rows]
             first_row = first_row[:batch]
         # the prefixes and the cache follow the parents
         ys = torch.cat([ys.index_select(0, parents), new], dim=1)
