@@ -135,28 +135,31 @@ class _NextTokenLogProbs:
         else:
             self.cache = KVCache(model, memory)
 
-    def __call__(self, ys: Tensor) -> Tensor:  # ys: (rows, t) -> (rows, vocab)
-        if self.cache is None:  # the textbook way: the whole prefix, every step
+    def __call__(self, ys: Tensor) -> Tensor:
+        """ys: (rows, t) prefixes -> (rows, vocab) log-probabilities."""
+        if self.cache is None:
+            # The textbook way: decode the whole prefix again, every step.
             tgt_mask = subsequent_mask(ys.size(1), device=ys.device)
-            out = self.model.decode(self.memory, self.src_mask, ys, tgt_mask)[:, -1]
-        else:  # only the newest token: the cache holds the others
-            if self.cache.length != ys.size(1) - 1:
-                raise RuntimeError("the cache must hold every token of the prefix but the last")
-            if isinstance(self.cache, KVCache):
-                out = decode_step(self.model, self.cache, ys[:, -1:], self.src_mask)[:, -1]
-            else:
-                out = self.cache.step(ys[:, -1:])[:, -1]
-        return self.model.generator(out).float()  # (rows, vocab); float32 even under autocast
+            out = self.model.decode(self.memory, self.src_mask, ys, tgt_mask)
+        elif self.cache.length != ys.size(1) - 1:
+            raise RuntimeError("the cache must hold every token of the prefix but the last")
+        elif isinstance(self.cache, KVCache):
+            # Only the newest token: the cache holds the others.
+            newest = ys[:, -1:]
+            out = decode_step(self.model, self.cache, newest, self.src_mask)
+        else:
+            out = self.cache.step(ys[:, -1:])
+        # float32 even under autocast: the beams add these up.
+        return self.model.generator(out[:, -1]).float()
 
     def reorder(self, index: Tensor, sources: bool = False) -> None:
         """Keep rows ``index``; ``sources``: rows of finished sentences go."""
         if sources:
-            self.memory = self.memory.index_select(0, index)
             self.src_mask = self.src_mask.index_select(0, index)
-        if isinstance(self.cache, KVCache):
+            if self.cache is None:  # only re-decoding reads the memory
+                self.memory = self.memory.index_select(0, index)
+        if self.cache is not None:
             self.cache.reorder(index, sources)
-        elif self.cache is not None:  # chapter 8's: it selects its sources
-            self.cache.reorder(index)
 
 
 @torch.no_grad()

@@ -156,8 +156,9 @@ class GRUTranslator(nn.Module):
 class GRUDecoderCache:
     """``GRUTranslator``'s incremental decoder state: one step per token.
 
-    ``step(tokens (rows, 1)) -> (rows, 1, d_model)``; ``reorder(index)``
-    keeps the rows a beam search continues. Defined in chapter 8.
+    ``step(tokens (rows, 1)) -> (rows, 1, d_model)``; ``reorder(index,
+    sources)`` keeps the rows a beam search continues, as chapter 7's
+    ``KVCache.reorder`` does. Defined in chapter 8.
     """
 
     def __init__(self, model: GRUTranslator, memory: Tensor, src_mask: Tensor) -> None:
@@ -170,10 +171,13 @@ class GRUDecoderCache:
         self.length += tokens.size(1)
         return out  # (rows, 1, d)
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, sources: bool = False) -> None:
         self.state = tuple(h.index_select(1, index) for h in self.state)
-        self.memory = self.memory.index_select(0, index)
-        self.src_mask = self.src_mask.index_select(0, index)
+        # A beam's parent is a row of the same sentence, with the same
+        # source: the source rows change only when sentences leave.
+        if sources:
+            self.memory = self.memory.index_select(0, index)
+            self.src_mask = self.src_mask.index_select(0, index)
 
 
 def make_gru_model(
