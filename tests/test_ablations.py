@@ -37,11 +37,35 @@ def test_each_row_changes_only_what_it_says(row):
     assert translation.parameter_count(cfg, 8000) > 0
 
 
+def test_the_long_budget_is_the_shipped_recipes_batches_peak_and_schedule():
+    from transformer_lib.training import rate
+
+    assert set(ABL.LONG_ROWS) <= {r[0] for r in ABL.ROWS}
+    assert sum(ABL.ROWS[[r[0] for r in ABL.ROWS].index(n)][1] == "base"
+               for n in ABL.LONG_ROWS) == 3  # three seeds for the noise here too
+    cfg = ABL.row_config({}, budget="long")
+    shipped = translation.load_config(ROOT / "configs" / "multi30k_shipped.toml")
+    for key in ("max_tokens", "schedule", "cooldown"):
+        assert getattr(cfg, key) == getattr(shipped, key), key
+    peak = rate(cfg.warmup, cfg.d_model, cfg.lr_factor, cfg.warmup)
+    shipped_peak = rate(shipped.warmup, shipped.d_model, shipped.lr_factor, shipped.warmup)
+    assert peak == pytest.approx(shipped_peak, rel=1e-3)
+    assert cfg.max_steps == 1600 and cfg.warmup == 400
+    # a row changes only what it names here too, on the recipe's model
+    for name, _, _, overrides in ABL.ROWS:
+        if name in ABL.LONG_ROWS:
+            row = dataclasses.asdict(ABL.row_config(overrides, budget="long"))
+            base = dataclasses.asdict(cfg)
+            assert {k for k, v in row.items() if base[k] != v} == set(overrides)
+    with pytest.raises(ValueError, match="budget"):
+        ABL.row_config({}, budget="medium")
+
+
 def test_the_committed_results_hold_every_row_with_its_provenance():
-    path = ROOT / "experiments" / "ablations" / "results.json"
+    _, _, path, budget_rows = ABL._budget("short")
     results = json.loads(path.read_text(encoding="utf-8"))
     assert results["missing"] == []
-    assert [r["row"] for r in results["rows"]] == [r[0] for r in ABL.ROWS]
+    assert [r["row"] for r in results["rows"]] == [r[0] for r in budget_rows]
     for r in results["rows"]:
         for key in ("command", "config", "val_loss", "val_bleu", "tokens_per_second",
                     "parameters", "steps"):

@@ -699,3 +699,7 @@ def test_rnn_speed_main_writes_json(tmp_path, monkeypatch):
     assert row["transformer_over_gru"] == pytest.approx(ratio)
     assert set(data["parameters"]) == {"transformer", "gru"}
     assert data["command"] == "python -m bench.rnn_speed --steps 1"
+    # bf16 only where it is native: emulated, it took 5 minutes for this one step
+    from transformer_lib.translation import resolve_precision
+
+    assert data["precision"] == resolve_precision("auto", "cpu")

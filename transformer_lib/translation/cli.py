@@ -122,8 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--fast", action="store_true", default=None,
         help="the fastest setting: precision auto (bf16 autocast where native; emulated bf16 "
-        "is ~20x slower) and the paper's dropout placement (no dropout on attention weights "
-        "or FFN activations); see the performance appendix",
+        "trains 20 to 40 times slower) and the paper's dropout placement (no dropout on "
+        "attention weights or FFN activations); see the performance appendix",
     )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
