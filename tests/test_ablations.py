@@ -79,3 +79,47 @@ def test_the_committed_results_hold_every_row_with_its_provenance():
             assert p["commit"] and p["machine"]["cpu_model"] and p["torch"]["version"]
         else:  # rows trained before it: a short commit and the machine, under their own keys
             assert r["commit"] and r["machine"]["cpu"] and r["machine"]["torch"]
+
+
+def test_rescore_reads_the_runs_of_the_budget_it_is_given(tmp_path, monkeypatch):
+    short, long_ = tmp_path / "short", tmp_path / "long"
+    monkeypatch.setattr(ABL, "RUNS", short)
+    monkeypatch.setattr(ABL, "RUNS_LONG", long_)
+    monkeypatch.setattr(ABL, "provenance", lambda: {"commit": "abc"})
+    scored = []
+    monkeypatch.setattr(ABL, "cross_entropy",
+                        lambda run_dir: scored.append(run_dir) or {"val_nll": 2.5})
+    (long_ / "heads_1").mkdir(parents=True)
+    (long_ / "heads_1" / "result.json").write_text('{"row": "heads_1"}')
+    (long_ / "heads_8").mkdir()  # a row of the short budget only: not the long one's
+    (long_ / "heads_8" / "result.json").write_text('{"row": "heads_8"}')
+    assert ABL.rescore("short") == 0 and scored == []
+    assert ABL.rescore("long") == 0 and scored == [long_ / "heads_1"]
+    record = json.loads((long_ / "heads_1" / "result.json").read_text())
+    assert record["val_nll"] == 2.5 and record["val_nll_provenance"] == {"commit": "abc"}
+    assert json.loads((long_ / "heads_8" / "result.json").read_text()) == {"row": "heads_8"}
+
+
+def test_a_row_records_the_budget_it_was_trained_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(ABL, "RUNS_LONG", tmp_path)
+    monkeypatch.setattr(ABL, "_row_provenance", lambda run_dir: {"commit": "abc"})
+    trained = []
+
+    def run_row(cfg, run_dir, progress):  # the trainer makes the run directory
+        run_dir.mkdir()
+        trained.append((cfg.max_steps, cfg.warmup, run_dir))
+        return {"val_bleu": 1.0}
+
+    monkeypatch.setattr(ABL, "run_row", run_row)
+    monkeypatch.setattr("sys.argv", ["ablations.py", "--budget", "long", "--rows", "heads_1"])
+    assert ABL.main() == 0
+    assert trained == [(1600, 400, tmp_path / "heads_1")]
+    record = json.loads((tmp_path / "heads_1" / "result.json").read_text())
+    assert record["command"] == ("python tools/ablations.py --rows heads_1 --steps 1600 "
+                                 "--warmup 400 --budget long")
+    assert record["config"]["max_steps"] == 1600 and record["val_bleu"] == 1.0
+    # done rows are skipped; --steps overrides the budget's default
+    monkeypatch.setattr("sys.argv", ["ablations.py", "--budget", "long", "--rows", "heads_1",
+                                     "dropout_0", "--steps", "800"])
+    assert ABL.main() == 0
+    assert trained[1:] == [(800, 400, tmp_path / "dropout_0")]

@@ -166,19 +166,17 @@ def cross_entropy(run_dir: Path) -> dict[str, float]:
     return {"val_nll": round(nll, 4), "val_ppl": round(math.exp(nll), 2)}
 
 
-def run_row(name: str, overrides: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """Train one row (or finish it) and return its record."""
+def run_row(cfg: Any, run_dir: Path, progress: bool = False) -> dict[str, Any]:
+    """Train one row's config `cfg` in `run_dir` (or finish it) and return its record."""
     from transformer_lib import translation
     from transformer_lib.model import count_parameters
     from transformer_lib.translation.data import load_multi30k
 
-    cfg = row_config(overrides, args.steps, args.warmup, args.budget)
-    run_dir = _budget(args.budget)[1] / name
     resume = (run_dir / "last").is_dir()
     t0 = time.perf_counter()
     record: dict[str, Any] = {}
     try:
-        out = translation.train(cfg, run_dir, resume=resume, progress=args.progress)
+        out = translation.train(cfg, run_dir, resume=resume, progress=progress)
     except FloatingPointError as e:  # a row may diverge; that is a result too
         return {"diverged": str(e)}
     wall = time.perf_counter() - t0
@@ -227,9 +225,8 @@ def main() -> int:
     if args.collect:
         return collect(allow_missing=args.allow_missing, budget=args.budget)
     if args.rescore:
-        return rescore()
-    shared, runs, _, rows = _budget(args.budget)
-    args.steps, args.warmup = args.steps or shared["max_steps"], args.warmup or shared["warmup"]
+        return rescore(args.budget)
+    _, runs, _, rows = _budget(args.budget)
     i, n = args.shard
     names = {r[0] for r in rows}
     unknown = set(args.rows or []) - names
@@ -243,12 +240,13 @@ def main() -> int:
             print(f"{name}: done already ({out_file})")
             continue
         print(f"{name}: training ({change})", flush=True)
-        record = run_row(name, overrides, args)
+        # The one place the budget's defaults meet the command line's --steps and --warmup.
         cfg = row_config(overrides, args.steps, args.warmup, args.budget)
+        record = run_row(cfg, runs / name, args.progress)
         record = {
             "row": name, "group": group, "change": change, "overrides": overrides, **record,
             "command": " ".join(["python", "tools/ablations.py", "--rows", name,
-                                 "--steps", str(args.steps), "--warmup", str(args.warmup)]
+                                 "--steps", str(cfg.max_steps), "--warmup", str(cfg.warmup)]
                                 + (["--budget", args.budget] if args.budget != "short" else [])
                                 + (["--threads", str(args.threads)] if args.threads else [])),
             "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "data_dir"},
@@ -261,16 +259,18 @@ def main() -> int:
     return 0
 
 
-def rescore() -> int:
+def rescore(budget: str = "short") -> int:
+    """Add the validation cross-entropy to the budget's finished rows that lack it."""
+    _, runs, _, rows = _budget(budget)
     scorer = provenance()  # the code that computes the cross-entropy
-    for name, *_ in ROWS:
-        f = RUNS / name / "result.json"
+    for name, *_ in rows:
+        f = runs / name / "result.json"
         if not f.exists():
             continue
         record = json.loads(f.read_text(encoding="utf-8"))
         if "val_nll" in record or "diverged" in record:
             continue
-        record.update(cross_entropy(RUNS / name), val_nll_provenance=scorer)
+        record.update(cross_entropy(runs / name), val_nll_provenance=scorer)
         _write_json(f, record)
         print(f"{name}: val_nll {record['val_nll']}", flush=True)
     return 0
