@@ -470,3 +470,38 @@ def test_bad_arguments_raise_value_error_naming_them(fn, changes, match):
 def test_bad_beam_arguments(changes, match):
     with pytest.raises(ValueError, match=match):
         _call(beam_search, **changes)
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_beam_limits_per_sentence_equal_each_sentence_alone(use_cache):
+    """One max_len per sentence: each stops at its own (an untrained model never emits EOS,
+    so every hypothesis runs to its limit), and gets what it gets alone with that limit."""
+    model = tiny_model(vocab=13)
+    src, src_mask = padded_batch()
+    limits = [6, 2, 4, 1]
+    for max_len in (limits, torch.tensor(limits), tuple(limits)):
+        batched = beam_search(model, src, src_mask, max_len, BOS, EOS, beam_size=3, n_best=2,
+                              length_penalty=0.6, use_cache=use_cache)
+        for b, limit in enumerate(limits):
+            alone = beam_search(model, src[b : b + 1], src_mask[b : b + 1], limit, BOS, EOS,
+                                beam_size=3, n_best=2, length_penalty=0.6,
+                                use_cache=use_cache)[0]
+            assert [t.tolist() for t, _ in batched[b]] == [t.tolist() for t, _ in alone]
+            torch.testing.assert_close([s for _, s in batched[b]], [s for _, s in alone])
+            assert all(len(t) <= limit for t, _ in batched[b])
+    assert [t.tolist() for t, _ in batched[3]] == [[BOS]]  # max_len 1: the start symbol only
+
+
+@pytest.mark.parametrize(
+    ("max_len", "match"),
+    [
+        ([5, 5, 5], r"one limit per sentence \(4\), got 3"),
+        ([5, 0, 5, 5], "max_len must be an int >= 1"),
+        ([5, True, 5, 5], "max_len must be an int >= 1"),
+        (torch.tensor([5.0, 5.0, 5.0, 5.0]), "1-D integer tensor"),
+        (torch.full((4, 1), 5), "1-D integer tensor"),
+    ],
+)
+def test_bad_per_sentence_limits(max_len, match):
+    with pytest.raises(ValueError, match=match):
+        _call(beam_search, max_len=max_len)

@@ -329,18 +329,18 @@ def _finish(
                 finished[b].append((top[b, j].item() / lp, tokens))
 
 
-def _mark_done(finished: list, done: list, scores: Tensor, n_best: int, best_lp: float) -> None:
+def _mark_done(finished: list, done: list, scores: Tensor, n_best: int, best_lp: list) -> None:
     """A sentence is done once no live hypothesis can beat its n_best-th.
 
     A live hypothesis's log P (``scores``, (batch, k)) only falls as it grows,
-    so its final score is at most log P / ``best_lp``, the largest length
-    penalty it can still reach.
+    so its final score is at most log P / ``best_lp[b]``, the largest length
+    penalty it can still reach in sentence b.
     """
     best_alive = scores.max(dim=1).values.tolist()  # (batch,)
     for b in range(len(done)):
         if not done[b] and len(finished[b]) >= n_best:
             nth = sorted((s for s, _ in finished[b]), reverse=True)[n_best - 1]
-            done[b] = nth >= best_alive[b] / best_lp
+            done[b] = nth >= best_alive[b] / best_lp[b]
 
 
 def _start_beams(
@@ -369,27 +369,71 @@ def _start_beams(
 
 
 def _keep_live(
-    done: list, finished: list, scores: Tensor, parents: Tensor, new: Tensor
-) -> tuple[list, Tensor, Tensor, Tensor]:
-    """Drop the sentences that are done: their finished lists, their scores
-    (batch, k) and their rows of parents and new (batch*k, ...)."""
+    done: list,
+    finished: list,
+    limits: list,
+    scores: Tensor,
+    parents: Tensor,
+    ys: Tensor,
+) -> tuple[list, list, Tensor, Tensor, Tensor]:
+    """Drop the sentences that are done: their finished lists, their limits,
+    their scores (batch, k) and their rows of parents and ys (batch*k, ...).
+    """
     k = scores.size(1)
     live = [b for b, is_done in enumerate(done) if not is_done]
+    finished, limits = [finished[b] for b in live], [limits[b] for b in live]
     live = torch.tensor(live, dtype=torch.long, device=scores.device)
     rows = (k * live[:, None] + torch.arange(k, device=live.device)).flatten()
-    finished = [f for f, is_done in zip(finished, done) if not is_done]
     scores = scores.flatten()[rows].view(len(finished), k)
-    return finished, scores, parents[rows], new[rows]
+    return finished, limits, scores, parents[rows], ys[rows]
 
 
-def _add_live(finished: list, done: list, scores: Tensor, ys: Tensor, lp: float) -> None:
-    """At max_len, each sentence not done adds its live hypotheses as they
-    are (without EOS): scores (batch, k) their log P, ys (batch*k, t)."""
-    k = scores.size(1)
+def _add_live(
+    finished: list,
+    done: list,
+    limits: list,
+    scores: Tensor,
+    ys: Tensor,
+    lp: float,
+) -> None:
+    """A sentence whose hypotheses have reached its limit is done: its live
+    hypotheses join the finished ones as they are (without EOS). scores
+    (batch, k) are their log P, ys (batch*k, t) their tokens."""
+    k, t = scores.size(1), ys.size(1)
     for b in range(len(done)):
+        if done[b] or limits[b] > t:
+            continue
         for j in range(k):
-            if not done[b] and math.isfinite(scores[b, j].item()):
+            if math.isfinite(scores[b, j].item()):
                 finished[b].append((scores[b, j].item() / lp, ys[b * k + j]))
+        done[b] = True
+
+
+def _sentence_limits(max_len: int | list[int] | Tensor, batch: int) -> list:
+    """``beam_search``'s max_len, one int per sentence, checked."""
+    if isinstance(max_len, Tensor):
+        if max_len.dim() != 1 or max_len.is_floating_point():
+            raise ValueError(
+                "max_len must be an int, or a 1-D integer tensor (one per "
+                f"sentence), got a {max_len.dtype} of shape "
+                f"{tuple(max_len.shape)}"
+            )
+        max_len = max_len.tolist()
+    if isinstance(max_len, (list, tuple)):
+        if len(max_len) != batch:
+            raise ValueError(
+                f"max_len must hold one limit per sentence ({batch}), got {len(max_len)}"
+            )
+        limits = list(max_len)
+    else:
+        limits = [max_len] * batch
+    for m in limits:
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ValueError(
+                "max_len must be an int >= 1 (it counts the start symbol), "
+                f"or a list of them, got {m!r}"
+            )
+    return limits
 
 
 @torch.no_grad()
@@ -397,7 +441,7 @@ def beam_search(
     model: nn.Module,
     src: Tensor,
     src_mask: Tensor,
-    max_len: int,
+    max_len: int | list[int] | Tensor,
     start_symbol: int,
     end_symbol: int,
     beam_size: int = 4,
@@ -409,7 +453,7 @@ def beam_search(
 
     A hypothesis Y scores log P(Y | X) / lp(|Y|) (``gnmt_length_penalty``;
     |Y| counts the generated tokens and the final EOS). A sentence stops
-    when no live hypothesis can beat its n_best-th finished one, or at
+    when no live hypothesis can beat its n_best-th finished one, or at its
     ``max_len``. Call ``model.eval()`` first. Vaswani et al. (2017),
     section 6.1 (beam size 4, alpha 0.6). Defined in chapter 7.
 
@@ -418,6 +462,9 @@ def beam_search(
         src: (batch, src_len) integer token ids.
         src_mask: (batch, 1, src_len) bool, True = may attend.
         max_len: longest hypothesis, with the start symbol and EOS; >= 1.
+            One int for every sentence, or one per sentence (a list or a
+            1-D tensor): sentences of different lengths then share a batch,
+            and none's limit changes another's result.
         start_symbol, end_symbol: the ids that start and finish a hypothesis.
         beam_size: live hypotheses per sentence (k); >= 1.
         length_penalty: alpha of the length penalty; 0 ranks by log P.
@@ -429,7 +476,8 @@ def beam_search(
         (fewer if fewer exist, e.g. at max_len 1); ``tokens`` (1-D) starts
         with ``start_symbol``, and ends with ``end_symbol`` if finished.
     """
-    _check_decode_args(model, src, src_mask, max_len, start_symbol, end_symbol)
+    _check_decode_args(model, src, src_mask, 1, start_symbol, end_symbol)
+    limits = _sentence_limits(max_len, src.size(0))  # one per sentence
     _check_beam_args(model, end_symbol, beam_size, n_best, length_penalty)
     lp = functools.partial(gnmt_length_penalty, alpha=length_penalty)
     batch, k, device = src.size(0), beam_size, src.device
@@ -437,8 +485,9 @@ def beam_search(
     finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(batch)]
     results = finished  # per input sentence; finished shrinks with the batch
     done = [False] * batch  # per sentence still in the batch
+    _add_live(finished, done, limits, scores, ys, lp(0))  # max_len 1: <s>
     first_row = k * torch.arange(batch, device=device)[:, None]  # (batch, 1)
-    for t in range(1, max_len):  # t tokens generated after this step
+    for t in range(1, max(limits, default=1)):  # t tokens generated
         if all(done):  # every sentence (at once for an empty batch)
             break
         log_probs = next_log_probs(ys).view(batch, k, -1)  # (batch, k, vocab)
@@ -457,18 +506,23 @@ def beam_search(
         scores = top.gather(1, keep)
         parents = (first_row + origin.gather(1, keep)).flatten()  # (batch*k,)
         new = token.gather(1, keep).view(-1, 1)  # (batch*k, 1)
-        # 4) done once no live hypothesis can beat the n_best-th finished one
-        best_lp = max(lp(t + 1), lp(max_len - 1))  # largest still reachable
+        # the prefixes follow the parents: (batch*k, t+1)
+        ys = torch.cat([ys.index_select(0, parents), new], dim=1)
+        # 4) done once no live hypothesis can beat the n_best-th finished
+        # one; at its max_len, a sentence's live hypotheses compete as they
+        # are, and it is done too
+        best_lp = [max(lp(t + 1), lp(m - 1)) for m in limits]  # reachable
         _mark_done(finished, done, scores, n_best, best_lp)
+        _add_live(finished, done, limits, scores, ys, lp(t))
         # 5) sentences done leave the batch: later steps skip their rows
         shrink = any(done)
         if shrink:
-            finished, scores, parents, new = _keep_live(done, finished, scores, parents, new)
+            finished, limits, scores, parents, ys = _keep_live(
+                done, finished, limits, scores, parents, ys
+            )
             batch, done = len(finished), [False] * len(finished)
             first_row = first_row[:batch]
-        # the prefixes and the cache follow the parents
-        ys = torch.cat([ys.index_select(0, parents), new], dim=1)
+        # the cache follows the parents too
         next_log_probs.reorder(parents, sources=shrink)
-    _add_live(finished, done, scores, ys, lp(ys.size(1) - 1))  # at max_len
     ranked = [sorted(f, key=lambda e: -e[0])[:n_best] for f in results]
     return [[(tokens, score) for score, tokens in r] for r in ranked]

@@ -242,10 +242,7 @@ def translate_sentences(
     model.eval()
     out: list[str] = [""] * len(sentences)
     per_batch = batch_size if beam_size == 1 else max(1, batch_size // beam_size)
-    # beam search with one length limit per batch: a sentence's translation must not depend
-    # on the sentences decoded beside it (greedy rows are cut to their own limit instead)
-    same = None if beam_size == 1 else (lambda n: _out_len(n, max_len_a, max_len_b, None))
-    for idx in _batched(encoded, keep, per_batch, same):
+    for idx in _batched(encoded, keep, per_batch):
         hyps = _decode_batch(model, [encoded[i] for i in idx], beam_size=beam_size,
                              length_penalty=length_penalty, max_len_a=max_len_a,
                              max_len_b=max_len_b, precision=precision)
@@ -283,14 +280,15 @@ def _decode_batch(model: nn.Module, sources: list[list[int]], *, beam_size: int,
         src[row, : len(ids)] = torch.tensor(ids)
     src = src.to(device)  # (B, S)
     src_mask = (src != PAD).unsqueeze(-2)  # (B, 1, S)
-    out_len = _out_len(width, max_len_a, max_len_b, cap)
+    # Each sentence's own output limit: its translation must not depend on the sentences
+    # decoded beside it. Greedy decodes to the longest and cuts each row to its own (greedy's
+    # first n tokens do not depend on the rest); beam search stops each at its own.
+    limits = [_out_len(len(ids), max_len_a, max_len_b, cap) for ids in sources]
     with autocast(precision, device):
         if beam_size == 1:
-            rows = greedy_decode(model, src, src_mask, out_len, BOS, EOS).tolist()
-            # each row within its own limit: greedy's first n tokens do not depend on the rest
-            return [row[: _out_len(len(ids), max_len_a, max_len_b, cap)]
-                    for row, ids in zip(rows, sources)]
-        results = beam_search(model, src, src_mask, out_len, BOS, EOS,
+            rows = greedy_decode(model, src, src_mask, max(limits), BOS, EOS).tolist()
+            return [row[:limit] for row, limit in zip(rows, limits)]
+        results = beam_search(model, src, src_mask, limits, BOS, EOS,
                               beam_size=beam_size, length_penalty=length_penalty)
     return [r[0][0].tolist() for r in results]
 
@@ -301,15 +299,12 @@ def _out_len(width: int, max_len_a: float, max_len_b: int, cap: int | None) -> i
     return min(out_len, cap) if cap is not None else out_len
 
 
-def _batched(items: Sequence, keep: list[int], size: int,
-             same: Callable[[int], Any] | None = None) -> Iterator[list[int]]:
-    """Batches of at most `size` indices of similar length; with `same`, a batch's items
-    agree on ``same(len(item))``."""
+def _batched(items: Sequence, keep: list[int], size: int) -> Iterator[list[int]]:
+    """Batches of at most `size` indices of similar length (little padding)."""
     order = sorted(keep, key=lambda i: len(items[i]))  # similar lengths together
     batch: list[int] = []
     for i in order:
-        if batch and (len(batch) == size or (
-                same is not None and same(len(items[i])) != same(len(items[batch[0]])))):
+        if len(batch) == size:
             yield batch
             batch = []
         batch.append(i)
