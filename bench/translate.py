@@ -8,7 +8,7 @@ test_2016_flickr with beam search (the shipped config's beam size and GNMT lengt
 alpha), on `--threads` CPU threads (default 2), in four ways:
 
 * ``ours_fp32``: ``translate_sentences`` as ``translate`` runs it, in fp32. It already sorts
-  the sentences by length into batches (``inference._batched``): 64 beam rows per batch.
+  the sentences by length into batches (``inference._batched``): 256 beam rows per batch.
 * ``ours_int8``: the same on ``quantize_int8``'s copy (``translate --int8``): the linear
   layers called as modules in int8, PyTorch's dynamic quantization.
 * ``ct2_fp32``, ``ct2_int8``: CTranslate2 (``bench/ct2_convert.py``) on the same weights,
@@ -61,7 +61,7 @@ SYSTEMS = {
     "ct2_int8": "CTranslate2 Translator, compute_type int8 (the same fp32 model file)",
 }
 BETAS = [round(0.1 * i, 1) for i in range(11)]  # 0.0 … 1.0
-BATCH_ROWS = 64  # translate_sentences' default batch_size: beam rows per batch
+BATCH_ROWS = 256  # translate_sentences' default batch_size: beam rows per batch
 
 
 def ct2_translator(model_dir: Path, compute_type: str, threads: int) -> Any:
