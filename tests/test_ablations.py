@@ -61,10 +61,12 @@ def test_the_long_budget_is_the_shipped_recipes_batches_peak_and_schedule():
         ABL.row_config({}, budget="medium")
 
 
-def test_the_committed_results_hold_every_row_with_its_provenance():
-    _, _, path, budget_rows = ABL._budget("short")
+@pytest.mark.parametrize("budget", ["short", "long"])
+def test_the_committed_results_hold_every_row_with_its_provenance(budget):
+    shared, _, path, budget_rows = ABL._budget(budget)
     results = json.loads(path.read_text(encoding="utf-8"))
-    assert results["missing"] == []
+    assert results["missing"] == [] and results["budget"]["max_steps"] == shared["max_steps"]
+    assert results["budget"]["warmup"] == shared["warmup"]
     assert [r["row"] for r in results["rows"]] == [r[0] for r in budget_rows]
     for r in results["rows"]:
         for key in ("command", "config", "val_loss", "val_bleu", "tokens_per_second",
@@ -74,6 +76,11 @@ def test_the_committed_results_hold_every_row_with_its_provenance():
         assert r["steps"] == results["budget"]["max_steps"] == r["config"]["max_steps"]
         overrides = {k: r["config"][k] for k in r["overrides"]}
         assert overrides == r["overrides"]
+        # the row was trained on what its budget says, and only its overrides differ
+        expected = json.loads(json.dumps(  # as JSON stores it: tuples are lists
+            dataclasses.asdict(ABL.row_config(r["overrides"], budget=budget)), default=str))
+        differ = {k for k, v in r["config"].items() if expected[k] != v}
+        assert not differ, (r["row"], differ)
         if "provenance" in r:  # transformer_lib.translation.provenance's record
             p = r["provenance"]
             assert p["commit"] and p["machine"]["cpu_model"] and p["torch"]["version"]
