@@ -8,6 +8,7 @@ __all__ = ["KVCache", "decode_step", "greedy_decode", "gnmt_length_penalty", "be
 import functools
 import math
 import operator
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -291,11 +292,17 @@ def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
 
 def _check_beam_args(
     model: nn.Module,
+    src: Tensor,
+    src_mask: Tensor,
+    max_len: int | list[int] | Tensor,
+    start_symbol: object,
     end_symbol: object,
     beam_size: int,
     n_best: int,
     length_penalty: float,
-) -> None:
+) -> list:
+    """Raise ValueError naming a bad argument; return max_len per sentence."""
+    _check_decode_args(model, src, src_mask, 1, start_symbol, end_symbol)
     _check_symbol("end_symbol", end_symbol, _vocab_size(model))  # required
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
@@ -303,6 +310,7 @@ def _check_beam_args(
         raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}], got {n_best!r}")
     if not isinstance(length_penalty, (int, float)) or not math.isfinite(length_penalty):
         raise ValueError(f"length_penalty must be a finite number (alpha), got {length_penalty!r}")
+    return _sentence_limits(max_len, src.size(0))
 
 
 def _finish(
@@ -329,18 +337,30 @@ def _finish(
                 finished[b].append((top[b, j].item() / lp, tokens))
 
 
-def _mark_done(finished: list, done: list, scores: Tensor, n_best: int, best_lp: list) -> None:
-    """A sentence is done once no live hypothesis can beat its n_best-th.
+def _mark_done(
+    finished: list,
+    done: list,
+    limits: list,
+    scores: Tensor,
+    ys: Tensor,
+    n_best: int,
+    lp: Callable[[int], float],
+) -> None:
+    """A sentence is done once no live hypothesis can beat its n_best-th,
+    or once its hypotheses (ys, (batch*k, t+1)) reach its limit.
 
     A live hypothesis's log P (``scores``, (batch, k)) only falls as it grows,
-    so its final score is at most log P / ``best_lp[b]``, the largest length
-    penalty it can still reach in sentence b.
+    so its final score is at most log P over the largest length penalty it
+    can still reach, at t+1 tokens or at the limit.
     """
+    t = ys.size(1) - 1  # tokens generated so far
     best_alive = scores.max(dim=1).values.tolist()  # (batch,)
     for b in range(len(done)):
         if not done[b] and len(finished[b]) >= n_best:
             nth = sorted((s for s, _ in finished[b]), reverse=True)[n_best - 1]
-            done[b] = nth >= best_alive[b] / best_lp[b]
+            best_lp = max(lp(t + 1), lp(limits[b] - 1))
+            done[b] = nth >= best_alive[b] / best_lp
+    _add_live(finished, done, limits, scores, ys, lp(t))
 
 
 def _start_beams(
@@ -461,10 +481,9 @@ def beam_search(
         model: an ``EncoderDecoder`` (chapter 5).
         src: (batch, src_len) integer token ids.
         src_mask: (batch, 1, src_len) bool, True = may attend.
-        max_len: longest hypothesis, with the start symbol and EOS; >= 1.
-            One int for every sentence, or one per sentence (a list or a
-            1-D tensor): sentences of different lengths then share a batch,
-            and none's limit changes another's result.
+        max_len: longest hypothesis, with the start symbol and EOS; >= 1;
+            one int, or one per sentence (a list or 1-D tensor), so that
+            sentences of different lengths share a batch without effect.
         start_symbol, end_symbol: the ids that start and finish a hypothesis.
         beam_size: live hypotheses per sentence (k); >= 1.
         length_penalty: alpha of the length penalty; 0 ranks by log P.
@@ -476,17 +495,15 @@ def beam_search(
         (fewer if fewer exist, e.g. at max_len 1); ``tokens`` (1-D) starts
         with ``start_symbol``, and ends with ``end_symbol`` if finished.
     """
-    _check_decode_args(model, src, src_mask, 1, start_symbol, end_symbol)
-    limits = _sentence_limits(max_len, src.size(0))  # one per sentence
-    _check_beam_args(model, end_symbol, beam_size, n_best, length_penalty)
+    limits = _check_beam_args(  # max_len, one per sentence
+        model, src, src_mask, max_len, start_symbol, end_symbol, beam_size, n_best, length_penalty
+    )
     lp = functools.partial(gnmt_length_penalty, alpha=length_penalty)
     batch, k, device = src.size(0), beam_size, src.device
     next_log_probs, ys, scores = _start_beams(model, src, src_mask, k, start_symbol, use_cache)
-    finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(batch)]
-    results = finished  # per input sentence; finished shrinks with the batch
-    done = [False] * batch  # per sentence still in the batch
+    results = finished = [[] for _ in range(batch)]  # (score, tokens) pairs
+    done = [False] * batch  # per sentence in the batch (finished shrinks too)
     _add_live(finished, done, limits, scores, ys, lp(0))  # max_len 1: <s>
-    first_row = k * torch.arange(batch, device=device)[:, None]  # (batch, 1)
     for t in range(1, max(limits, default=1)):  # t tokens generated
         if all(done):  # every sentence (at once for an empty batch)
             break
@@ -500,29 +517,23 @@ def beam_search(
         is_eos = token == end_symbol  # (batch, 2k)
         # 2) EOS among the best k: that hypothesis finishes, leaves the beam
         _finish(finished, done, ys, top, origin, is_eos, end_symbol, lp(t))
-        # 3) the best k without EOS are the new beam
+        # 3) the best k without EOS are the new beam; prefixes follow parents
         rank = torch.arange(top.size(1), device=device) + is_eos * top.size(1)
         keep = rank.argsort(dim=-1)[:, :k]  # (batch, k)
         scores = top.gather(1, keep)
+        first_row = k * torch.arange(batch, device=device)[:, None]
         parents = (first_row + origin.gather(1, keep)).flatten()  # (batch*k,)
         new = token.gather(1, keep).view(-1, 1)  # (batch*k, 1)
-        # the prefixes follow the parents: (batch*k, t+1)
         ys = torch.cat([ys.index_select(0, parents), new], dim=1)
-        # 4) done once no live hypothesis can beat the n_best-th finished
-        # one; at its max_len, a sentence's live hypotheses compete as they
-        # are, and it is done too
-        best_lp = [max(lp(t + 1), lp(m - 1)) for m in limits]  # reachable
-        _mark_done(finished, done, scores, n_best, best_lp)
-        _add_live(finished, done, limits, scores, ys, lp(t))
-        # 5) sentences done leave the batch: later steps skip their rows
+        # 4) done: no live hypothesis can beat the n_best-th, or at max_len
+        _mark_done(finished, done, limits, scores, ys, n_best, lp)
+        # 5) done sentences leave the batch; the cache follows the parents
         shrink = any(done)
         if shrink:
             finished, limits, scores, parents, ys = _keep_live(
                 done, finished, limits, scores, parents, ys
             )
             batch, done = len(finished), [False] * len(finished)
-            first_row = first_row[:batch]
-        # the cache follows the parents too
         next_log_probs.reorder(parents, sources=shrink)
     ranked = [sorted(f, key=lambda e: -e[0])[:n_best] for f in results]
     return [[(tokens, score) for score, tokens in r] for r in ranked]
