@@ -30,9 +30,9 @@ still rising, so the base model should translate here (20+ validation BLEU, wher
 separate rows), and it does: its three seeds scored 25.6 to 26.0, a row took 9.5 to 16
 minutes of training on one thread of a 2-core Xeon beside another row. Its runs go to
 runs/ablations_long/ and its table to experiments/ablations/results_long.json. Chapter 10
-reads both files (the record: experiments/ablations/README.md). `--collect`
-never writes a table with fewer rows than the committed one (a fresh clone has no finished
-rows) unless told.
+reads both files (the record: experiments/ablations/README.md). `--collect` never writes a
+table with fewer rows than the committed one (a fresh clone has no finished rows) unless
+told.
 """
 
 from __future__ import annotations
