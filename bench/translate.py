@@ -22,6 +22,8 @@ of ours fp32 on every sentence must be equal (the conversion is exact up to floa
 The four systems are timed interleaved (A B C D, B C D A, ...; ``bench/common.py``) after a
 short warm-up; ``seconds`` is the median of ``--repeats`` rounds, every round is recorded.
 Target tokens are the output's subwords under our tokenizer, the same count for every system.
+After the timed rounds, one more run of each of ours under PyTorch's profiler splits its time
+into kinds of operations (``bench/op_profile.py``): ``where_time_goes`` in the JSON file.
 Exit status 1 if the greedy check found a difference.
 """
 
@@ -49,6 +51,7 @@ from bench.common import (
     write_json,
 )
 from bench.ct2_convert import convert, translate_ids
+from bench.op_profile import time_by_kind
 from transformer_lib.translation import inference
 from transformer_lib.translation.data import decode_ids, encode_text, load_multi30k
 from transformer_lib.translation.pretrained import load_pretrained
@@ -229,6 +232,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         fns = systems(model, tok, ct2_dir, threads=args.threads, beam_size=beam,
                       beta=beta["chosen"], decoding=decoding)
         times, outputs = measure(fns, sentences, args.repeats)
+        # one profiled run of each of ours, after the timed ones (the profiler slows it)
+        where = {n: time_by_kind(lambda n=n: fns[n](sentences))
+                 for n in ("ours_fp32", "ours_int8")}
     rows = {n: row(n, times[n], outputs[n], tok, test) for n in SYSTEMS}
     print(format_table(list(rows.values()), ["system", "seconds", "sentences_per_s",
                                              "target_tokens_per_s", "bleu"]))
@@ -255,6 +261,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "greedy_check": check,
         "results": list(rows.values()),
         "goals": goals(rows),
+        "where_time_goes": where,
     }
     write_json(args.out, out)
     print(f"wrote {args.out}")

@@ -38,7 +38,8 @@ MEASURED = {
     "bench_quality.json": MODEL + TRAINER + ["bench/fast_setting_quality.py"],
     "bench_attention.json": ["transformer_lib/attention.py", "bench/attention_scaling.py"],
     "bench_decode.json": MODEL + ["transformer_lib/decoding.py", "bench/decode.py"],
-    "bench_translate.json": MODEL + SHIPPED + ["bench/translate.py", "bench/ct2_convert.py"],
+    "bench_translate.json": MODEL + SHIPPED + ["bench/translate.py", "bench/ct2_convert.py",
+                                               "bench/op_profile.py"],
     "bench_rnn.json": MODEL + ["transformer_lib/gru.py", "bench/rnn_speed.py"],
 }
 

@@ -116,6 +116,11 @@ def test_bench_limit_run_writes_json_with_provenance(tmp_path):
         assert r["seconds"] > 0 and r["sentences_per_s"] > 0 and r["target_tokens"] > 0
         assert 0 < r["bleu"] <= 100 and r["same_output_every_round"]
     assert set(data["goals"]) >= {"ours_fp32_within_2x_of_ct2_fp32", "ours_int8_within_0.5_bleu"}
+    assert set(data["where_time_goes"]) == {"ours_fp32", "ours_int8"}
+    for where in data["where_time_goes"].values():
+        kinds = {k["kind"]: k for k in where["kinds"]}
+        assert kinds["matrix products"]["seconds"] > 0 and where["op_calls"] > 0
+        assert sum(k["share"] for k in kinds.values()) == pytest.approx(1, abs=0.01)
 
 
 @pytest.mark.multi30k

@@ -73,9 +73,8 @@ def _decoder_layer_step(
     def self_attn(
         y: Tensor,
     ) -> Tensor:  # y: (batch, 1, d_model), normalised under pre-norm
-        # 1) project only the new position's key and value; append them to the
-        # cache
-        # (batch, h, t+1, d_k)
+        # 1) project only the new position's key and value, append them to
+        # the cache: (batch, h, t+1, d_k) each
         k, v = cache.append(l, *layer.self_attn.project_kv(y, y))
         # 2) the new query attends over every position so far: nothing to mask
         return layer.self_attn.attend(y, k, v)

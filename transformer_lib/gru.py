@@ -188,8 +188,9 @@ def make_gru_model(
     pad_idx: int = 0,
     share_embeddings: bool = True,
 ) -> GRUTranslator:
-    """A ``GRUTranslator`` with uniform(-0.1, 0.1) weights (GRU practice
-    since Sutskever et al., 2014) and zero biases. Defined in chapter 8."""
+    """A ``GRUTranslator`` with uniform(-0.1, 0.1) weights (common practice
+    for recurrent translators; Sutskever et al., 2014, used (-0.08, 0.08)
+    for their LSTMs) and zero biases. Defined in chapter 8."""
     model = GRUTranslator(vocab, d_model, N, dropout, pad_idx, share_embeddings)
     for name, w in model.named_parameters():
         if "bias" in name:

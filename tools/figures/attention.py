@@ -191,7 +191,7 @@ def _masks_legend(svg: Svg, y: float) -> None:
     svg.path(
         f"M229,{y - 9} L238,{y}  M238,{y - 9} L229,{y}", stroke=VERMILLION, sw=1.4, arrow=False
     )
-    blocked = "blocked (False): score set to \u2212\u221e before the softmax"
+    blocked = "blocked (False): zero weight after the softmax"
     svg.text(248, y, blocked, size=15, anchor="start")
 
 
