@@ -78,7 +78,7 @@ ROWS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("ffn_512", "C", "d_ff = 512", {"d_ff": 512}),
 ]
 # The step budget and its schedule: warm-up over half of it, so the learning rate peaks and
-# then decays inside every run (the shipped model's 800 warm-up steps would never finish).
+# then decays inside every run (the 15-epoch recipe's 800 warm-up steps would never finish).
 BUDGET = {"max_steps": 300, "warmup": 150, "epochs": 100, "bleu_every": 0, "keep_last": 1,
           "average_last": 0, "save_every": 50, "time_limit_min": None}
 # The long budget: what configs/multi30k_shipped.toml changes from the 15-epoch recipe (its
