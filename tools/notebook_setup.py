@@ -96,7 +96,7 @@ def _setup_for_colab(files: list[str]) -> None:
     url = os.environ.get("BOOK_SETUP_FILES_URL", f"{raw}/{ref}")
     missing = [name for name in files if not (root / name).is_file()]
     if missing:
-        print(f"Fetching {len(missing)} file(s) of results/ and configs/ into {root}")
+        print(f"Fetching {len(missing)} file(s) of results/, configs/ and experiments/ into {root}")
     for name in missing:
         with urllib.request.urlopen(f"{url}/{name}", timeout=60) as response:
             data = response.read()
