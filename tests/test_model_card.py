@@ -29,3 +29,21 @@ def test_the_licence_file_matches_pyproject():
     assert re.search(r'^license-files = \["LICENSE"\]$', pyproject, re.M)
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert text.startswith("MIT License\n\nCopyright (c) 2026 The transformer_lib authors\n")
+
+
+def test_card_training_line_when_the_step_budget_ends_inside_an_epoch():
+    """The report's minutes run to the end of the last full epoch; the steps to the budget.
+    The card must not put 16,000 steps and the minutes of 15,314 side by side."""
+    ship_model = load_tool("ship_model")
+    r = {"epochs": 19, "steps": 16000, "train_minutes": 118.2, "wall_minutes_total": None,
+         "history": [{"epoch": 19, "step": 15314, "minutes": 118.2},
+                     {"epoch": 20, "epoch_fraction": 0.851, "step": 16000, "minutes": 123.0}]}
+    line = ship_model._training_line(r)
+    assert line.startswith("- 16,000 steps: 19 full epochs and 85% of epoch 20; 118.2 minutes")
+    assert "to the end of epoch 19, 123.0 to the last step" in line
+    card = (pretrained_path() / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert line in card  # the shipped run is such a run
+    whole = {**r, "history": r["history"][:1], "steps": 15314, "wall_minutes_total": 120.0}
+    assert ship_model._training_line(whole) == (
+        "- 19 epochs, 15,314 steps, 118.2 minutes of training (120.0 minutes for the whole "
+        "command)")

@@ -63,6 +63,23 @@ LICENCE = [
 ]
 
 
+def _training_line(r: dict) -> str:
+    """Steps, epochs and minutes, true also when the step budget ended inside an epoch (the
+    report's minutes run to the end of the last full epoch)."""
+    last = (r.get("history") or [{}])[-1]
+    if "epoch_fraction" in last:
+        done = (f"- {r['steps']:,} steps: {r['epochs']} full epochs and "
+                f"{last['epoch_fraction']:.0%} of epoch {last['epoch']}; {r['train_minutes']} "
+                f"minutes of training to the end of epoch {r['epochs']}, "
+                f"{last['minutes']:.1f} to the last step")
+    else:
+        done = (f"- {r['epochs']} epochs, {r['steps']:,} steps, {r['train_minutes']} minutes "
+                "of training")
+    if r["wall_minutes_total"] is None:
+        return done + " (the whole command's time not recorded)"
+    return done + f" ({r['wall_minutes_total']} minutes for the whole command)"
+
+
 def check_results(results: Any, checkpoint: str, config: dict, parameters: int) -> None:
     """Raise ValueError unless `results` (a multi30k_report file) describes this checkpoint."""
     if not isinstance(results, dict):
@@ -148,9 +165,7 @@ def _card(results: dict, bf16_scores: dict, files: list[str]) -> str:
         "## Training",
         f"- command: `{r['command']}`",
         commit_line,
-        f"- {r['epochs']} epochs, {r['steps']:,} steps, {r['train_minutes']} minutes of training"
-        + (f" ({r['wall_minutes_total']} minutes for the whole command)"
-           if r["wall_minutes_total"] is not None else " (the whole command's time not recorded)"),
+        _training_line(r),
         machine_line,
         f"- note: {r.get('note', '')}",
         "",
