@@ -28,7 +28,7 @@ warm-up, the peak held, then a straight fall to 0 over the last 40%), for 1,600 
 deadline series' quarter-batch run reached 19.9 validation BLEU after 1,612 steps with its rate
 still rising, so the base model should translate here (20+ validation BLEU, where BLEU can
 separate rows), and it does: its three seeds scored 25.6 to 26.0, a row took 9.5 to 16
-minutes of training on one thread of a 2-core Xeon beside another row. Its runs go to
+minutes of training on one thread of a 2-core Xeon (most beside another row). Its runs go to
 runs/ablations_long/ and its table to experiments/ablations/results_long.json. Chapter 10
 reads both files (the record: experiments/ablations/README.md). `--collect` never writes a
 table with fewer rows than the committed one (a fresh clone has no finished rows) unless
@@ -87,8 +87,9 @@ BUDGET = {"max_steps": 300, "warmup": 150, "epochs": 100, "bleu_every": 0, "keep
 LONG_BUDGET = {**BUDGET, "max_steps": 1600, "warmup": 400, "max_tokens": 625,
                "schedule": "linear", "cooldown": 0.4, "save_every": 200}
 SHIPPED_WARMUP = 3200
-# The rows whose short-budget verdict disagrees with the paper or is confounded (post-norm by
-# the schedule), the paper's clearest finding (one head), and three seeds for the noise.
+# Some rows whose short-budget verdict disagrees with the paper (no dropout, learned positions,
+# two layers), the one the schedule confounds (post-norm), the paper's clearest finding (one
+# head), and three seeds for the noise.
 LONG_ROWS = ("base", "base_seed2", "base_seed3", "heads_1", "dropout_0", "learned_pos",
              "post_norm", "layers_2")
 
