@@ -196,7 +196,7 @@ def build_nn(
 class LayerNormByHand(nn.Module):
     """A module around chapter 5's ``layer_norm_by_hand``, with an existing LayerNorm's parameters.
 
-    mean, biased variance, subtract, add eps, square root, divide, scale, shift: seven
+    mean, biased variance, subtract, add eps, square root, divide, scale, shift: eight
     elementwise/reduction operations, each a pass over the tensor, and as many in the backward.
     """
 

@@ -236,8 +236,8 @@ def _fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: flo
 
     Same arguments and result (in the inputs' dtype). A speed-only variant:
     on the CPU the performance appendix measured (AVX-512 with bf16
-    instructions, no AMX), PyTorch's fused CPU kernel was slower in bf16
-    than in fp32.
+    instructions and AMX matrix units), PyTorch's fused CPU kernel was
+    slower in bf16 than in fp32.
     """
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
         # autocast would cast the fp32 inputs straight back to bf16
