@@ -32,7 +32,7 @@ def test_lean_step_equals_decode_step_across_a_reordering():
     model = small_model()
     src, src_mask = sources()
     memory = model.encode(src, src_mask)
-    ours, lean = KVCache(model, memory), LeanCache(model, memory, src_mask, max_len=8)
+    ours, lean = KVCache(model, memory), LeanCache(model, memory, src_mask, capacity=2)
     tokens = torch.tensor([[1], [1], [1]])
     for t in range(5):
         want = decode_step(model, ours, tokens, src_mask)

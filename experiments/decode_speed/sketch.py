@@ -11,8 +11,9 @@ pre-norm model, with
 * no argument checks (chapter 3's attention validates its inputs and the mask at every call),
 * one product for the new position's query, key and value (chapter 7 makes two),
 * the source mask turned into an additive float mask once per batch, not at every step,
-* a cache written into buffers allocated once per batch, laid out (2, T, rows, h, d_k) so the
-  prefix a step reads is one slice, and beam reordering gathers only the filled part.
+* a cache written into buffers allocated ahead (doubled when full), laid out
+  (2, positions, rows, h, d_k) so the prefix a step reads is one slice; beam reordering
+  gathers only the filled part.
 
 ``lean_decoding()`` swaps it into ``beam_search`` (through the private ``_NextTokenLogProbs``:
 this is an experiment, not an API). The script translates the Multi30k test set with the
@@ -44,23 +45,40 @@ OUT = Path(__file__).with_name("results.json")
 
 
 class LeanCache:
-    """Self-attention keys and values in buffers of (2, max_len, rows, h, d_k), one per layer."""
+    """Self-attention keys and values in buffers of (2, capacity, rows, h, d_k), one per layer.
 
-    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor, max_len: int) -> None:
+    The capacity starts small and doubles when a step needs more (a batch's longest output
+    is not known here), so a step writes into memory allocated before, and a reordering
+    copies only the positions decoded so far.
+    """
+
+    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor, capacity: int = 16
+                 ) -> None:
         layers = model.decoder.layers
         attn = layers[0].self_attn
-        self.h, self.d_k, self.max_len, self.length = attn.h, attn.d_k, max_len, 0
+        self.h, self.d_k, self.length = attn.h, attn.d_k, 0
         self.src_kv = [layer.src_attn.project_kv(memory, memory) for layer in layers]
-        rows = memory.size(0)
-        self.kv = [memory.new_empty(2, max_len, rows, self.h, self.d_k) for _ in layers]
+        self.kv = [self._empty(memory, capacity, memory.size(0)) for _ in layers]
         allowed = src_mask.unsqueeze(1)  # (rows, 1, 1, src_len)
         self.add_mask = torch.zeros(allowed.shape, dtype=memory.dtype).masked_fill(
             ~allowed, float("-inf"))
 
+    def _empty(self, like: Tensor, capacity: int, rows: int) -> Tensor:
+        return like.new_empty(2, capacity, rows, self.h, self.d_k)
+
+    def make_room(self) -> None:
+        """Room for one more position: double the buffers when they are full."""
+        t = self.length
+        for i, kv in enumerate(self.kv):
+            if t == kv.size(1):
+                new = self._empty(kv, 2 * t, kv.size(2))
+                new[:, :t] = kv
+                self.kv[i] = new
+
     def reorder(self, index: Tensor, sources: bool = False) -> None:
         t = self.length
         for i, kv in enumerate(self.kv):
-            new = kv.new_empty(2, self.max_len, index.numel(), self.h, self.d_k)
+            new = self._empty(kv, kv.size(1), index.numel())
             new[:, :t] = kv[:, :t].index_select(2, index)
             self.kv[i] = new
         if sources:
@@ -71,6 +89,7 @@ class LeanCache:
 
 def lean_step(model: nn.Module, cache: LeanCache, tokens: Tensor) -> Tensor:
     """``decode_step`` of a pre-norm model: tokens (rows, 1) -> (rows, 1, d_model)."""
+    cache.make_room()
     t, h, d_k = cache.length, cache.h, cache.d_k
     x = model.tgt_embed[1](model.tgt_embed[0](tokens), start=t)  # (rows, 1, d)
     rows, d = x.size(0), h * d_k
@@ -95,7 +114,7 @@ def lean_step(model: nn.Module, cache: LeanCache, tokens: Tensor) -> Tensor:
 
 
 @contextlib.contextmanager
-def lean_decoding(max_len: int = 512) -> Iterator[None]:
+def lean_decoding() -> Iterator[None]:
     """Within the block, ``beam_search`` and ``greedy_decode`` decode with ``lean_step``."""
     cls = decoding._NextTokenLogProbs
     saved = cls.__init__, cls.__call__
@@ -105,7 +124,7 @@ def lean_decoding(max_len: int = 512) -> Iterator[None]:
         if not model.decoder.layers[0].sublayer[0].norm_first:
             raise ValueError("lean_step is written for pre-norm models")
         self.model, self.memory, self.src_mask = model, memory, src_mask
-        self.cache = LeanCache(model, memory, src_mask, max_len)
+        self.cache = LeanCache(model, memory, src_mask)
 
     def call(self: Any, ys: Tensor) -> Tensor:
         return self.model.generator(lean_step(self.model, self.cache, ys[:, -1:])[:, -1]).float()
