@@ -47,6 +47,11 @@ MEASURED = {
                                                "bench/op_profile.py"],
     "bench_rnn.json": MODEL + ["transformer_lib/gru.py", "bench/rnn_speed.py"],
 }
+# records outside results/ whose times a chapter shows (chapter 9), by path
+EXPERIMENTS = {
+    "experiments/decode_speed/results.json": MODEL + SHIPPED + [
+        "experiments/decode_speed/sketch.py"],
+}
 
 
 def git(*args: str) -> subprocess.CompletedProcess:
@@ -115,24 +120,26 @@ def test_every_committed_benchmark_has_its_measured_files():
     listed source exists (a renamed module would silently check nothing)."""
     committed = {p.name for p in (ROOT / "results").glob("bench_*.json")}
     assert committed <= set(MEASURED), committed - set(MEASURED)
-    for name, paths in MEASURED.items():
+    for name, paths in {**MEASURED, **EXPERIMENTS}.items():
         missing = [p for p in paths if not (ROOT / p).exists()]
         assert not missing, (name, missing)
 
 
-@pytest.mark.parametrize("name", sorted(MEASURED))
+@pytest.mark.parametrize("name", sorted(MEASURED) + sorted(EXPERIMENTS))
 def test_committed_result_is_newer_than_the_code_it_measures(history, name):
-    path = ROOT / "results" / name
+    path = ROOT / name if name in EXPERIMENTS else ROOT / "results" / name
+    measured = EXPERIMENTS.get(name) or MEASURED[name]
+    name = str(path.relative_to(ROOT))
     if not path.exists():
-        pytest.skip(f"results/{name} is not committed")
+        pytest.skip(f"{name} is not committed")
     commit = json.loads(path.read_text(encoding="utf-8"))["git_commit"]
     assert not commit.endswith("-dirty"), (
-        f"results/{name} was measured on uncommitted code ({commit}); re-run it on a clean "
+        f"{name} was measured on uncommitted code ({commit}); re-run it on a clean "
         "checkout")
     assert git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0, (
-        f"results/{name} names commit {commit}, which is not in this history")
-    changed = code_changes(commit, MEASURED[name])
+        f"{name} names commit {commit}, which is not in this history")
+    changed = code_changes(commit, measured)
     diff = git("diff", "--stat", commit, "--", *changed).stdout if changed else ""
     assert not changed, (
-        f"results/{name} was measured at {commit[:12]}; the code it measures has changed since "
-        f"in {changed}; re-run the benchmark (bench/README.md):\n{diff}")
+        f"{name} was measured at {commit[:12]}; the code it measures has changed since "
+        f"in {changed}; re-run the benchmark (bench/README.md) or the experiment:\n{diff}")
