@@ -155,18 +155,21 @@ def translate_ids(
     *,
     beam_size: int,
     length_penalty: float = 1.0,
+    patience: float = 1.0,
     max_decoding_length: int = 256,
     max_batch_size: int = 0,
 ) -> list[list[int]]:
     """CTranslate2's best output ids (no ``<s>``, no ``</s>``) for sources of our ids + EOS.
 
     `length_penalty`: CTranslate2's beta, scoring log P / |Y|^beta (not our GNMT alpha).
+    `patience`: CTranslate2 ends a sentence's search when patience x beam_size hypotheses
+    have finished (1, its default: beam_size of them).
     `max_batch_size`: sentences per batch, CTranslate2 sorting them by length (0: one batch).
     """
     tokens = [[tok.id_to_token(i) for i in (ids[:-1] if ids[-1:] == [EOS] else ids)]
               for ids in sources]
     results = translator.translate_batch(
-        tokens, beam_size=beam_size, length_penalty=length_penalty,
+        tokens, beam_size=beam_size, length_penalty=length_penalty, patience=patience,
         max_decoding_length=max_decoding_length, max_batch_size=max_batch_size,
         min_decoding_length=0,  # CTranslate2's default 1 forbids </s> first; ours allows it
     )

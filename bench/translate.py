@@ -17,6 +17,11 @@ alpha), on `--threads` CPU threads (default 2), in four ways:
 
 CTranslate2 ranks hypotheses by log P / |Y|^beta, not by our GNMT penalty; beta is chosen
 like our alpha was, by BLEU on the validation set (``--betas``), unless ``--beta`` fixes it.
+Its search also stops sooner: a sentence ends when ``patience`` x beam hypotheses have
+finished (patience 1 by default), where ours goes on until no live hypothesis can beat the
+best finished one. The patience is chosen next, at the chosen beta, on the same validation
+set (``--patiences``; ``--patience`` fixes it), so that both systems search as well as their
+settings allow before their times are compared.
 Before timing, a token-for-token check: greedy (beam 1) output ids of CTranslate2 fp32 and
 of ours fp32 on every sentence must be equal (the conversion is exact up to float rounding).
 The four systems are timed interleaved (A B C D, B C D A, ...; ``bench/common.py``) after a
@@ -64,6 +69,7 @@ SYSTEMS = {
     "ct2_int8": "CTranslate2 Translator, compute_type int8 (the same fp32 model file)",
 }
 BETAS = [round(0.1 * i, 1) for i in range(11)]  # 0.0 … 1.0
+PATIENCES = [1.0, 2.0, 3.0, 4.0]
 BATCH_ROWS = 256  # translate_sentences' default batch_size: beam rows per batch
 
 
@@ -75,13 +81,13 @@ def ct2_translator(model_dir: Path, compute_type: str, threads: int) -> Any:
 
 
 def ct2_sentences(translator: Any, tok: Any, sentences: Sequence[str], *, beam_size: int,
-                  beta: float, decoding: dict[str, Any]) -> list[str]:
+                  beta: float, decoding: dict[str, Any], patience: float = 1.0) -> list[str]:
     """Text to text with CTranslate2: our tokenizer's ids in, its output ids decoded by ours."""
     sources = [encode_text(tok, s) for s in sentences]
     longest = max(inference._out_len(len(ids), decoding["max_len_a"], decoding["max_len_b"], None)
                   for ids in sources)
     ids = translate_ids(translator, tok, sources, beam_size=beam_size, length_penalty=beta,
-                        max_decoding_length=longest - 1,  # ours counts <s>
+                        patience=patience, max_decoding_length=longest - 1,  # ours counts <s>
                         max_batch_size=max(1, BATCH_ROWS // beam_size))
     return [decode_ids(tok, row) for row in ids]
 
@@ -123,8 +129,25 @@ def choose_beta(translator: Any, tok: Any, pairs: Sequence[tuple[str, str]], bet
             "validation_bleu": {str(b): round(v, 2) for b, v in bleus.items()}}
 
 
+def choose_patience(translator: Any, tok: Any, pairs: Sequence[tuple[str, str]],
+                    patiences: list[float], beta: float, beam_size: int,
+                    decoding: dict[str, Any]) -> dict[str, Any]:
+    """CTranslate2's patience with the best validation BLEU at `beta` (the smallest, the
+    fastest, among equals)."""
+    sources = [s for s, _ in pairs]
+    bleus = {}
+    for patience in patiences:
+        hyps = ct2_sentences(translator, tok, sources, beam_size=beam_size, beta=beta,
+                             decoding=decoding, patience=patience)
+        bleus[patience] = inference.bleu(hyps, pairs).score
+    best = max(patiences, key=lambda p: (round(bleus[p], 2), -p))
+    return {"chosen": best, "by": f"validation BLEU at beta {beta}, {len(pairs)} sentences",
+            "validation_bleu": {str(p): round(v, 2) for p, v in bleus.items()}}
+
+
 def systems(model: Any, tok: Any, ct2_dir: Path, *, threads: int, beam_size: int,
-            beta: float, decoding: dict[str, Any]) -> dict[str, Callable[[list[str]], list[str]]]:
+            beta: float, patience: float, decoding: dict[str, Any]
+            ) -> dict[str, Callable[[list[str]], list[str]]]:
     """Per system, a function translating a list of sentences to a list of texts."""
     int8 = quantize_int8(model)
 
@@ -135,7 +158,7 @@ def systems(model: Any, tok: Any, ct2_dir: Path, *, threads: int, beam_size: int
     def theirs(compute_type: str) -> Callable[[list[str]], list[str]]:
         t = ct2_translator(ct2_dir, compute_type, threads)
         return lambda sentences: ct2_sentences(t, tok, sentences, beam_size=beam_size,
-                                               beta=beta, decoding=decoding)
+                                               beta=beta, decoding=decoding, patience=patience)
 
     return {"ours_fp32": ours(model), "ours_int8": ours(int8),
             "ct2_fp32": theirs("float32"), "ct2_int8": theirs("int8")}
@@ -191,7 +214,7 @@ def goals(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--limit", type=int, default=None,
-                   help="only the first n test sentences (and n validation ones for beta)")
+                   help="only the first n test sentences (and n validation ones)")
     p.add_argument("--threads", type=int, default=2, help="CPU threads of every system")
     p.add_argument("--repeats", type=int, default=3, help="interleaved timed rounds")
     p.add_argument("--beam", type=int, default=None,
@@ -200,6 +223,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="CTranslate2's length penalty beta (default: chosen on validation)")
     p.add_argument("--betas", type=float, nargs="+", default=BETAS,
                    help="the betas tried on the validation set")
+    p.add_argument("--patience", type=float, default=None,
+                   help="CTranslate2's beam search patience (default: chosen on validation)")
+    p.add_argument("--patiences", type=float, nargs="+", default=PATIENCES,
+                   help="the patiences tried on the validation set, at the chosen beta")
     p.add_argument("--out", type=Path, default=RESULTS / "bench_translate.json")
     return p.parse_args(argv)
 
@@ -223,14 +250,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              sentences, decoding)
         print(f"greedy check: {check['identical']}/{check['sentences']} identical",
               file=sys.stderr)
+        val = load_multi30k("val", cfg.data_dir, *lang, limit=args.limit)
+        ct2 = ct2_translator(ct2_dir, "float32", args.threads)
         if args.beta is None:
-            val = load_multi30k("val", cfg.data_dir, *lang, limit=args.limit)
-            beta = choose_beta(ct2_translator(ct2_dir, "float32", args.threads), tok, val,
-                               args.betas, beam, decoding)
+            beta = choose_beta(ct2, tok, val, args.betas, beam, decoding)
         else:
             beta = {"chosen": args.beta, "by": "fixed (--beta)"}
+        if args.patience is None:
+            patience = choose_patience(ct2, tok, val, args.patiences, beta["chosen"], beam,
+                                       decoding)
+        else:
+            patience = {"chosen": args.patience, "by": "fixed (--patience)"}
         fns = systems(model, tok, ct2_dir, threads=args.threads, beam_size=beam,
-                      beta=beta["chosen"], decoding=decoding)
+                      beta=beta["chosen"], patience=patience["chosen"], decoding=decoding)
         times, outputs = measure(fns, sentences, args.repeats)
         # one profiled run of each of ours, after the timed ones (the profiler slows it)
         where = {n: time_by_kind(lambda n=n: fns[n](sentences))
@@ -251,8 +283,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "model": "shipped (transformer_lib.load_pretrained()), fp32 weights on the CPU",
             "split": "test (test_2016_flickr)", "sentences": len(test), "threads": args.threads,
             "beam_size": beam, "ours_length_penalty_alpha": decoding["length_penalty"],
-            "ct2_length_penalty_beta": beta, "max_len_a": decoding["max_len_a"],
-            "max_len_b": decoding["max_len_b"], "sentences_per_batch": BATCH_ROWS // beam,
+            "ct2_length_penalty_beta": beta, "ct2_patience": patience,
+            "max_len_a": decoding["max_len_a"], "max_len_b": decoding["max_len_b"],
+            "sentences_per_batch": BATCH_ROWS // beam,
             "ours_batches": "already sorted by length (translate_sentences)",
             "repeats": args.repeats, "statistic": "median of interleaved rounds",
             "ctranslate2_version": _ct2_version(),

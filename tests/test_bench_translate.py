@@ -103,13 +103,16 @@ def test_converted_model_decodes_token_for_token(tmp_path, tok):
 def test_bench_limit_run_writes_json_with_provenance(tmp_path):
     out = tmp_path / "bench_translate.json"
     bench_translate.main(["--limit", "10", "--repeats", "1", "--threads", "1",
-                          "--betas", "0.6", "--out", str(out)])
+                          "--betas", "0.6", "--patiences", "1", "2", "--out", str(out)])
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["git_commit"] and data["machine"]["cpu_model"] and data["date"]
     assert "bf16_native" in data["machine"] and "torch_version" in data["machine"]
     assert data["greedy_check"] == {**data["greedy_check"], "sentences": 10, "identical": 10}
     assert data["config"]["ours_length_penalty_alpha"] == load_pretrained()[2].length_penalty
     assert data["config"]["ct2_length_penalty_beta"]["chosen"] == 0.6
+    patience = data["config"]["ct2_patience"]
+    assert set(patience["validation_bleu"]) == {"1.0", "2.0"}
+    assert patience["chosen"] in (1.0, 2.0) and "beta 0.6" in patience["by"]
     rows = {r["system"]: r for r in data["results"]}
     assert set(rows) == set(bench_translate.SYSTEMS)
     for r in rows.values():
