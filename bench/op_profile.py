@@ -3,15 +3,17 @@
 ``bench/translate.py`` uses it to split a translation run into matrix products, the
 attention kernel, the work over the whole vocabulary, cache copies and the rest, so that the
 appendix can say from a measurement, not from a guess, which part of ours is slower than the
-engine's. Shares come from the profiled run, whose own bookkeeping makes it slower than an
-unprofiled one; the time outside every PyTorch operation (Python, and the profiler itself)
-is reported as its own line.
+engine's. Shares come from profiled runs, whose own bookkeeping makes them slower than
+unprofiled ones; the time outside every PyTorch operation (Python, and the profiler itself)
+is reported as its own line. One run can fall into a slow spell of a shared machine, so
+``median_by_kind`` combines several, kind by kind.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch.profiler import ProfilerActivity, profile
@@ -63,4 +65,31 @@ def time_by_kind(fn: Callable[[], Any]) -> dict[str, Any]:
         "kinds": [{"kind": k, "seconds": round(s, 3), "share": round(s / wall, 3),
                    "calls": calls.get(k)}  # None for OUTSIDE
                   for k, s in seconds.items()],
+    }
+
+
+def median_by_kind(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several ``time_by_kind`` results of the same call as one: each kind's median seconds.
+
+    A slow spell of the machine during one run moves that run's numbers, not the medians of
+    three or more. ``wall_s`` is the sum of the medians, so the shares add up to 1;
+    ``wall_s_runs`` keeps each run's own wall time and ``runs`` their number.
+    """
+    if not runs:
+        raise ValueError("runs must hold at least one time_by_kind result")
+    by_kind = [{k["kind"]: k for k in r["kinds"]} for r in runs]
+    names = list(by_kind[0])
+    if any(list(kinds) != names for kinds in by_kind):
+        raise ValueError("runs must split their time into the same kinds")
+    seconds = {n: statistics.median(kinds[n]["seconds"] for kinds in by_kind) for n in names}
+    wall = sum(seconds.values())
+    return {
+        "wall_s": round(wall, 3),
+        "wall_s_runs": [r["wall_s"] for r in runs],
+        "runs": len(runs),
+        "op_calls": int(statistics.median(r["op_calls"] for r in runs)),
+        "kinds": [{"kind": n, "seconds": round(seconds[n], 3),
+                   "share": round(seconds[n] / wall, 3) if wall else 0.0,
+                   "calls": by_kind[0][n]["calls"]}
+                  for n in names],
     }

@@ -27,8 +27,9 @@ of ours fp32 on every sentence must be equal (the conversion is exact up to floa
 The four systems are timed interleaved (A B C D, B C D A, ...; ``bench/common.py``) after a
 short warm-up; ``seconds`` is the median of ``--repeats`` rounds, every round is recorded.
 Target tokens are the output's subwords under our tokenizer, the same count for every system.
-After the timed rounds, one more run of each of ours under PyTorch's profiler splits its time
-into kinds of operations (``bench/op_profile.py``): ``where_time_goes`` in the JSON file.
+After the timed rounds, ``--profile-runs`` (3) more runs of each of ours, alternating, under
+PyTorch's profiler split its time into kinds of operations, each kind's median over the runs
+(``bench/op_profile.py``): ``where_time_goes`` in the JSON file.
 Exit status 1 if the greedy check found a difference.
 """
 
@@ -56,7 +57,7 @@ from bench.common import (
     write_json,
 )
 from bench.ct2_convert import convert, translate_ids
-from bench.op_profile import time_by_kind
+from bench.op_profile import median_by_kind, time_by_kind
 from transformer_lib.translation import inference
 from transformer_lib.translation.data import decode_ids, encode_text, load_multi30k
 from transformer_lib.translation.pretrained import load_pretrained
@@ -227,8 +228,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="CTranslate2's beam search patience (default: chosen on validation)")
     p.add_argument("--patiences", type=float, nargs="+", default=PATIENCES,
                    help="the patiences tried on the validation set, at the chosen beta")
+    p.add_argument("--profile-runs", type=int, default=3,
+                   help="profiled runs of each of ours (each kind's median is kept)")
     p.add_argument("--out", type=Path, default=RESULTS / "bench_translate.json")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.profile_runs < 1 or args.repeats < 1:
+        p.error("--profile-runs and --repeats must be at least 1")
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -264,9 +270,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         fns = systems(model, tok, ct2_dir, threads=args.threads, beam_size=beam,
                       beta=beta["chosen"], patience=patience["chosen"], decoding=decoding)
         times, outputs = measure(fns, sentences, args.repeats)
-        # one profiled run of each of ours, after the timed ones (the profiler slows it)
-        where = {n: time_by_kind(lambda n=n: fns[n](sentences))
-                 for n in ("ours_fp32", "ours_int8")}
+        # profiled runs of each of ours, after the timed ones (the profiler slows them),
+        # alternating, so that a slow spell of the machine is not one system's alone
+        profiled: dict[str, list[dict[str, Any]]] = {"ours_fp32": [], "ours_int8": []}
+        for _ in range(args.profile_runs):
+            for n, runs in profiled.items():
+                runs.append(time_by_kind(lambda n=n: fns[n](sentences)))
+        where = {n: median_by_kind(runs) for n, runs in profiled.items()}
     rows = {n: row(n, times[n], outputs[n], tok, test) for n in SYSTEMS}
     print(format_table(list(rows.values()), ["system", "seconds", "sentences_per_s",
                                              "target_tokens_per_s", "bleu"]))

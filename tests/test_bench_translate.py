@@ -103,7 +103,8 @@ def test_converted_model_decodes_token_for_token(tmp_path, tok):
 def test_bench_limit_run_writes_json_with_provenance(tmp_path):
     out = tmp_path / "bench_translate.json"
     bench_translate.main(["--limit", "10", "--repeats", "1", "--threads", "1",
-                          "--betas", "0.6", "--patiences", "1", "2", "--out", str(out)])
+                          "--betas", "0.6", "--patiences", "1", "2", "--profile-runs", "2",
+                          "--out", str(out)])
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["git_commit"] and data["machine"]["cpu_model"] and data["date"]
     assert "bf16_native" in data["machine"] and "torch_version" in data["machine"]
@@ -121,6 +122,7 @@ def test_bench_limit_run_writes_json_with_provenance(tmp_path):
     assert set(data["goals"]) >= {"ours_fp32_within_2x_of_ct2_fp32", "ours_int8_within_0.5_bleu"}
     assert set(data["where_time_goes"]) == {"ours_fp32", "ours_int8"}
     for where in data["where_time_goes"].values():
+        assert where["runs"] == 2 and len(where["wall_s_runs"]) == 2
         kinds = {k["kind"]: k for k in where["kinds"]}
         assert kinds["matrix products"]["seconds"] > 0 and where["op_calls"] > 0
         assert sum(k["share"] for k in kinds.values()) == pytest.approx(1, abs=0.01)

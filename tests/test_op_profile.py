@@ -36,3 +36,23 @@ def test_time_by_kind_splits_a_call_whose_time_is_mostly_products():
     # The parts add up to the measured wall time (the rest is outside the operations).
     assert sum(k["seconds"] for k in kinds.values()) == pytest.approx(r["wall_s"], abs=2e-3)
     assert r["op_calls"] == sum(k["calls"] for k in kinds.values() if k["calls"] is not None)
+
+
+def test_median_by_kind_takes_each_kinds_median_and_keeps_the_runs():
+    def run(products: float, other: float) -> dict:
+        return {"wall_s": products + other, "op_calls": 10, "kinds": [
+            {"kind": "matrix products", "seconds": products, "share": 0.0, "calls": 4},
+            {"kind": op_profile.OTHER, "seconds": other, "share": 0.0, "calls": 6}]}
+
+    # the second run fell into a slow spell: its numbers do not move the medians
+    r = op_profile.median_by_kind([run(2.0, 1.0), run(5.0, 4.0), run(2.2, 0.8)])
+    kinds = {k["kind"]: k for k in r["kinds"]}
+    assert kinds["matrix products"]["seconds"] == 2.2 and kinds[op_profile.OTHER]["seconds"] == 1.0
+    assert r["wall_s"] == 3.2 and r["runs"] == 3 and r["wall_s_runs"] == [3.0, 9.0, 3.0]
+    assert sum(k["share"] for k in kinds.values()) == pytest.approx(1, abs=1e-3)
+    with pytest.raises(ValueError, match="at least one"):
+        op_profile.median_by_kind([])
+    other = run(1.0, 1.0)
+    other["kinds"].reverse()
+    with pytest.raises(ValueError, match="same kinds"):
+        op_profile.median_by_kind([run(1.0, 1.0), other])
