@@ -1,6 +1,6 @@
 """Translation speed: the shipped model, ours against CTranslate2 on the same weights.
 
-    python -m bench.translate                       # ~4-7 min → results/bench_translate.json
+    python -m bench.translate                       # ~8-10 min → results/bench_translate.json
     python -m bench.translate --limit 100 --out /tmp/bench_translate.json   # a quick look
 
 The shipped German→English model translates the 1,000 sentences of Multi30k's
