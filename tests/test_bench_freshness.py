@@ -54,14 +54,9 @@ EXPERIMENTS = {
 }
 
 
-def git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+def git(*args: str, text: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=text,
                           check=False)
-
-
-def git_bytes(*args: str) -> bytes:
-    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True,
-                          check=True).stdout
 
 
 def code_of(data: bytes, path: str) -> bytes | str:
@@ -87,9 +82,8 @@ def code_changes(commit: str, paths: list[str]) -> list[str]:
         if not now.exists():
             changed.append(name)  # deleted since
             continue
-        listed = git("cat-file", "-e", f"{commit}:{name}").returncode == 0
-        then = git_bytes("show", f"{commit}:{name}") if listed else None
-        if then is None or code_of(then, name) != code_of(now.read_bytes(), name):
+        then = git("show", f"{commit}:{name}", text=False)  # fails: added since
+        if then.returncode != 0 or code_of(then.stdout, name) != code_of(now.read_bytes(), name):
             changed.append(name)
     return changed
 
