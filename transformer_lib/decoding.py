@@ -125,8 +125,8 @@ class _NextTokenLogProbs:
         use_cache: bool,
     ):
         self.model, self.memory, self.src_mask = model, memory, src_mask
-        # A model with its own incremental decoder (chapter 8's recurrent
-        # baseline) brings its own cache, with a step(tokens) method.
+        # A model with its own incremental decoder (a recurrent model, say)
+        # brings its own cache, with a step(tokens) method.
         start = getattr(model, "start_decoding", None)
         if not use_cache:
             self.cache = None

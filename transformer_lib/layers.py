@@ -43,8 +43,8 @@ class Embeddings(nn.Module):
     Args:
         vocab: vocabulary size (rows of the table).
         d_model: embedding width.
-        padding_idx: optional id whose row is the zero vector and gets no
-            gradient.
+        padding_idx: optional id whose row starts as the zero vector and
+            gets no gradient through the lookup.
 
     ``forward(x)``: x (batch, len) int64/int32 token ids -> (batch, len,
     d_model). Paper section 3.4. Defined in chapter 5.

@@ -270,7 +270,7 @@ def make_model(
             section 3.4.
         positional: "sinusoidal" (paper) or "learned". max_len: longest
             position table.
-        pad_idx: padding id (zero embedding row), or None.
+        pad_idx: padding id (its embedding row starts at zero), or None.
         activation: "relu" (paper) or "gelu".
         attn_dropout, ffn_dropout: dropout on the attention weights and on the
             FFN's hidden activations; None (default) uses ``dropout``, as the
@@ -279,8 +279,8 @@ def make_model(
             where the fused attention kernel has no dropout.
         skip_padding: the layers run their feed-forward blocks on the
             positions the masks leave visible only (the same outputs at real
-            positions, in distribution when dropout is on; see
-            ``visible_positions``).
+            positions up to rounding, in distribution when dropout is on;
+            see ``visible_positions``).
 
     Returns an EncoderDecoder; ``model.generator`` maps its output to
     log-probabilities. Paper section 3, Table 3 (base model). Defined in

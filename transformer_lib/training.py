@@ -129,23 +129,21 @@ def smoothed_kl_by_definition(x: Tensor, p: Tensor) -> Tensor:
 
 
 class LabelSmoothing(nn.Module):
-    """KL divergence between a label-smoothed target distribution and the model's prediction.
+    """KL divergence between a label-smoothed target and the prediction.
 
-    The target distribution puts 1 - smoothing on the true class, smoothing / (size - 2) on each
-    other class except padding, 0 on the padding class, and is all zero for rows whose target is
-    padding (they do not count). Terms with target probability 0 contribute exactly 0, even
-    where the prediction is an exact zero (log-probability -inf), so there is no NaN.
+    The target puts 1 - smoothing on the true class, smoothing / (size - 2)
+    on every other class but padding, 0 on padding, and nothing at all on
+    rows whose target is padding (they do not count). Terms of target
+    probability 0 add exactly 0, even where log q = -inf: there is no NaN.
 
     Args:
-        size: vocabulary size V (number of classes).
-        padding_idx: the padding token id, never a target class.
-        smoothing: epsilon_ls in [0, 1) (0.1 in the paper; 0 gives the one-hot NLL loss).
+        size: vocabulary size V. padding_idx: the padding id, never a class.
+        smoothing: epsilon_ls in [0, 1) (0.1 in the paper; 0 is the NLL).
 
-    ``forward(x, target)``: x (N, size) log-probabilities, target (N,) class ids -> summed KL
-    divergence, a scalar, computed in closed form without building the (N, size) target
-    distribution. ``self.true_dist`` gives that distribution for the last call (built on
-    demand, for plots and checks).
-    Label smoothing of paper section 5.4 (Szegedy et al., 2016). Defined in chapter 6.
+    ``forward(x, target)``: x (N, size) log-probabilities, target (N,) ids
+    -> the summed KL, a scalar, in closed form: the (N, size) target is not
+    built (``self.true_dist`` builds it for the last call, for plots and
+    checks). Paper section 5.4 (Szegedy et al., 2016). Defined in chapter 6.
     """
 
     def __init__(self, size: int, padding_idx: int, smoothing: float = 0.0) -> None:
@@ -154,8 +152,9 @@ class LabelSmoothing(nn.Module):
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
         if size < 2 or (smoothing > 0 and size < 3):
             raise ValueError(
-                "size must be >= 2, and >= 3 when smoothing > 0 (padding, the true class and "
-                f"at least one class to spread the smoothing mass over), got {size}"
+                "size must be >= 2, and >= 3 when smoothing > 0 (padding, "
+                "the true class and at least one class to spread the "
+                f"smoothing mass over), got {size}"
             )
         if not 0 <= padding_idx < size:
             raise ValueError(f"padding_idx must be in [0, size={size}), got {padding_idx}")
@@ -171,7 +170,7 @@ class LabelSmoothing(nn.Module):
 
     @property
     def true_dist(self) -> Tensor | None:
-        """(N, size) target distribution of the last call, or None before the first one."""
+        """(N, size) target distribution of the last call (None before)."""
         return None if self._last is None else self.target_distribution(*self._last)
 
     def target_distribution(self, target: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -205,26 +204,30 @@ class LabelSmoothing(nn.Module):
         return _SmoothedKL.apply(x, target, self)
 
     def closed_form(self, x: Tensor, target: Tensor) -> Tensor:
-        """The summed KL by the closed form above (the forward pass; no input checks)."""
+        """The summed KL by the closed form above, without input checks
+        (the forward pass of ``_SmoothedKL``)."""
         pad = self.padding_idx
         x_y = x.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,) log q(y)
         per_row = self.row_entropy_term - self.confidence * x_y  # (N,)
         if self.spread > 0:
-            # sum of log q over the classes other than padding, by slicing around the padding
-            # column (never subtracting it: it may be -inf); then without the true class
+            # the sum of log q over the classes other than padding, taken by
+            # slicing around the padding column (never subtracting it: it
+            # may be -inf); then the true class is taken out
             non_pad = x[:, :pad].sum(1) + x[:, pad + 1 :].sum(1)  # (N,)
             per_row = per_row - self.spread * (non_pad - x_y)
-            # q(y) = 0 makes the row's loss +inf; (-inf) - (-inf) above would say NaN
+            # q(y) = 0 makes the row's loss +inf, where the subtraction
+            # above would give (-inf) - (-inf) = NaN
             per_row = per_row.masked_fill(x_y == float("-inf"), float("inf"))
         return per_row.masked_fill(target == pad, 0.0).sum()  # padding rows count 0
 
 
 class _SmoothedKL(torch.autograd.Function):
-    """Forward: ``LabelSmoothing.closed_form``. Backward: the gradient -p, written directly.
+    """Forward: ``LabelSmoothing.closed_form``. Backward: the gradient -p.
 
-    Left to autograd, the gather, the two slice sums and the masks of the closed form each
-    send back their own (N, V) gradient, which are then added up: several passes over the
-    largest tensor of the step. d KL(p || q) / d log q = -p, so one pass suffices.
+    Left to autograd, the gather, the two slice sums and the masks of the
+    closed form would each send back their own (N, V) gradient, to be added
+    up: several passes over the largest tensor of the step. Written directly,
+    one pass suffices, since d KL(p || q) / d log q = -p.
     """
 
     @staticmethod

@@ -145,8 +145,8 @@ def draw_kv_cache() -> Svg:
     s.text(440, y + 12, "read from the cache", size=15, anchor="start")
     for k, line in enumerate(
         [
-            "Per step, every layer computes one new key and value instead of t:",
-            "the work per step no longer grows with t.",
+            "Per step, every layer computes one new key and value instead of t;",
+            "only attending over the t cached keys still grows with t.",
         ]
     ):
         s.text(10, y + 44 + 19 * k, line, size=15, anchor="start", fill=ANNOTATION)
