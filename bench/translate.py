@@ -116,34 +116,22 @@ def greedy_check(model: Any, tok: Any, translator: Any, sentences: Sequence[str]
             "compute_type": "float32"}
 
 
-def choose_beta(translator: Any, tok: Any, pairs: Sequence[tuple[str, str]], betas: list[float],
-                beam_size: int, decoding: dict[str, Any]) -> dict[str, Any]:
-    """CTranslate2's beta with the best validation BLEU (the smallest among equals)."""
+def choose_on_validation(translator: Any, tok: Any, pairs: Sequence[tuple[str, str]],
+                         name: str, values: list[float], beam_size: int,
+                         decoding: dict[str, Any], **fixed: float) -> dict[str, Any]:
+    """The value of CTranslate2's setting `name` (``beta`` or ``patience``) with the best
+    validation BLEU, the settings in `fixed` held; among equals the smallest (for the
+    patience, also the fastest)."""
     sources = [s for s, _ in pairs]
     bleus = {}
-    for beta in betas:
-        hyps = ct2_sentences(translator, tok, sources, beam_size=beam_size, beta=beta,
-                             decoding=decoding)
-        bleus[beta] = inference.bleu(hyps, pairs).score
-    best = max(betas, key=lambda b: (round(bleus[b], 2), -b))
-    return {"chosen": best, "by": f"validation BLEU, {len(pairs)} sentences",
-            "validation_bleu": {str(b): round(v, 2) for b, v in bleus.items()}}
-
-
-def choose_patience(translator: Any, tok: Any, pairs: Sequence[tuple[str, str]],
-                    patiences: list[float], beta: float, beam_size: int,
-                    decoding: dict[str, Any]) -> dict[str, Any]:
-    """CTranslate2's patience with the best validation BLEU at `beta` (the smallest, the
-    fastest, among equals)."""
-    sources = [s for s, _ in pairs]
-    bleus = {}
-    for patience in patiences:
-        hyps = ct2_sentences(translator, tok, sources, beam_size=beam_size, beta=beta,
-                             decoding=decoding, patience=patience)
-        bleus[patience] = inference.bleu(hyps, pairs).score
-    best = max(patiences, key=lambda p: (round(bleus[p], 2), -p))
-    return {"chosen": best, "by": f"validation BLEU at beta {beta}, {len(pairs)} sentences",
-            "validation_bleu": {str(p): round(v, 2) for p, v in bleus.items()}}
+    for value in values:
+        hyps = ct2_sentences(translator, tok, sources, beam_size=beam_size, decoding=decoding,
+                             **{**fixed, name: value})
+        bleus[value] = inference.bleu(hyps, pairs).score
+    best = max(values, key=lambda v: (round(bleus[v], 2), -v))
+    held = "".join(f" at {k} {v}" for k, v in fixed.items())
+    return {"chosen": best, "by": f"validation BLEU{held}, {len(pairs)} sentences",
+            "validation_bleu": {str(v): round(b, 2) for v, b in bleus.items()}}
 
 
 def systems(model: Any, tok: Any, ct2_dir: Path, *, threads: int, beam_size: int,
@@ -259,12 +247,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         val = load_multi30k("val", cfg.data_dir, *lang, limit=args.limit)
         ct2 = ct2_translator(ct2_dir, "float32", args.threads)
         if args.beta is None:
-            beta = choose_beta(ct2, tok, val, args.betas, beam, decoding)
+            beta = choose_on_validation(ct2, tok, val, "beta", args.betas, beam, decoding)
         else:
             beta = {"chosen": args.beta, "by": "fixed (--beta)"}
         if args.patience is None:
-            patience = choose_patience(ct2, tok, val, args.patiences, beta["chosen"], beam,
-                                       decoding)
+            patience = choose_on_validation(ct2, tok, val, "patience", args.patiences, beam,
+                                            decoding, beta=beta["chosen"])
         else:
             patience = {"chosen": args.patience, "by": "fixed (--patience)"}
         fns = systems(model, tok, ct2_dir, threads=args.threads, beam_size=beam,
