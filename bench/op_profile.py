@@ -3,9 +3,9 @@
 ``bench/translate.py`` uses it to split a translation run into matrix products, the
 attention kernel, the work over the whole vocabulary, cache copies and the rest, so that the
 appendix can say from a measurement, not from a guess, which part of ours is slower than the
-engine's. Shares come from profiled runs, whose own bookkeeping makes them slower than
-unprofiled ones; the time outside every PyTorch operation (Python, and the profiler itself)
-is reported as its own line. One run can fall into a slow spell of a shared machine, so
+engine's. Shares come from profiled runs, which carry the profiler's own bookkeeping; the
+time outside every PyTorch operation (Python, and the profiler itself) is reported as its
+own line. One run can fall into a slow spell of a shared machine, so
 ``median_by_kind`` combines several, kind by kind.
 """
 
