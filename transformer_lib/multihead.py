@@ -91,7 +91,7 @@ class MultiHeadedAttention(nn.Module):
         self.dropout = nn.Dropout(p)  # on the attention weights
         self.store_attention = False
         self.attn: Tensor | None = None
-        # nn.MultiheadAttention's initialisation: Xavier for W^Q, W^K, W^V,
+        # nn.MultiheadAttention's initialization: Xavier for W^Q, W^K, W^V,
         # zero biases.
         nn.init.xavier_uniform_(self.in_proj.weight)
         if bias:
