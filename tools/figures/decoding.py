@@ -62,7 +62,7 @@ def _training(s: Svg) -> None:
         for j in range(4):
             fill = tint(BLUE, 0.6) if j <= i else "#ffffff"
             s.rect(163 + 11 * j, 158 + 11 * i, 11, 11, fill=fill, stroke=GRID, sw=0.5, rx=0)
-    s.text(185, 222, "position i sees inputs 1 \u2026 i", size=15, fill=ANNOTATION)
+    s.text(185, 222, "position i sees inputs 0 \u2026 i", size=15, fill=ANNOTATION)
     for x, a, b in zip([50 + 90 * i for i in range(4)], INPUTS, OUTPUTS):
         _token(s, x, 290, a, PURPLE)
         s.arrow(x, 278, x, 234, stroke=LINE)
