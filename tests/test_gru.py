@@ -72,6 +72,30 @@ def test_beam_of_one_is_greedy():
         assert row[: len(tokens)].tolist() == tokens
 
 
+
+def test_ids_outside_the_vocabulary_are_a_value_error_naming_the_argument():
+    model = _model()  # vocabulary of 40
+    src, mask = _src()
+    tgt = torch.tensor([[BOS, 5], [BOS, 6]])
+    with pytest.raises(ValueError, match=r"src must hold token ids in \[0, 40\)"):
+        greedy_decode(model, src + 40, mask, 4, BOS, EOS)
+    with pytest.raises(ValueError, match=r"src must hold token ids"):
+        beam_search(model, src - 50, mask, 4, BOS, EOS, beam_size=2)
+    with pytest.raises(ValueError, match=r"tgt must hold token ids in \[0, 40\)"):
+        model(src, tgt + 40, mask)
+
+
+def test_an_empty_batch_or_an_empty_source_decodes_as_the_transformer_does():
+    model = _model()
+    src, mask = _src()
+    assert beam_search(model, src[:0], mask[:0], 4, BOS, EOS, beam_size=2) == []
+    assert greedy_decode(model, src[:0], mask[:0], 4, BOS, EOS).shape[0] == 0
+    # no source words: the decoder still starts (from a zero mean state)
+    out = greedy_decode(model, src[:, :0], mask[:, :, :0], 4, BOS, EOS)
+    assert out.shape[0] == 2 and (out[:, 0] == BOS).all()
+    beams = beam_search(model, src[:, :0], mask[:, :, :0], 4, BOS, EOS, beam_size=2)
+    assert len(beams) == 2 and all(b[0][0][0] == BOS for b in beams)
+
 def test_tied_and_untied_embeddings_and_gradients():
     tied, untied = _model(tied=True), _model(tied=False)
     assert tied.generator.proj.weight is tied.src_embed.weight

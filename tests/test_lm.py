@@ -86,6 +86,22 @@ def test_temperature_to_zero_is_greedy():
         sample_next(logits, -1.0)
 
 
+
+def test_a_tiny_temperature_is_greedy_not_an_overflow():
+    # logits / 1e-40 overflow to inf; the best score is moved to 0 first
+    logits = torch.randn(16, 30, generator=_gen(5)) * 10
+    for t in (1e-40, 1e-30, 1e-12):
+        assert torch.equal(sample_next(logits, t, generator=_gen(0)), logits.argmax(-1))
+
+
+def test_a_row_with_no_finite_best_score_is_refused():
+    good = torch.randn(2, 5)
+    for bad in (float("-inf"), float("inf"), float("nan")):
+        logits = torch.cat([good, torch.full((1, 5), bad)])
+        for t in (0.0, 1.0):
+            with pytest.raises(ValueError, match="finite largest value in every row"):
+                sample_next(logits, t)
+
 def test_top_k_one_is_greedy_and_samples_only_kept_tokens():
     logits = torch.randn(200, 30, generator=_gen(4))
     assert torch.equal(sample_next(logits, 1.0, top_k=1, generator=_gen(0)), logits.argmax(-1))
@@ -180,6 +196,22 @@ def test_generate_stops_at_end_symbol_and_validates():
     enc = TransformerLM(40, N=1, d_model=32, d_ff=64, h=4, causal=False)
     with pytest.raises(ValueError, match="causal"):
         generate(enc, prompt, 2)
+    for end in (40, -1, 2.0):  # not an id the model can emit: never matched
+        with pytest.raises(ValueError, match="end_symbol"):
+            generate(lm, prompt, 2, end_symbol=end)
+
+
+def test_ids_outside_the_vocabulary_are_a_value_error_not_an_index_error():
+    lm = _lms()["sinusoidal MHA"]  # vocabulary of 40
+    ok = torch.randint(4, 40, (2, 3), generator=_gen())
+    for bad in (ok + 40, ok - 50):
+        with pytest.raises(ValueError, match=r"token ids in \[0, 40\)"):
+            lm(bad)
+        with pytest.raises(ValueError, match=r"token ids in \[0, 40\)"):
+            lm_step(lm, LMCache(lm), bad)
+        with pytest.raises(ValueError, match=r"prompt must hold token ids"):
+            generate(lm, bad, 2)
+    assert lm(ok[:0]).shape == (0, 3, 32)  # an empty batch is still fine
 
 
 def test_lm_rejects_bad_arguments():

@@ -133,16 +133,29 @@ def shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def positive(text: str) -> int:
+    """An integer >= 1 (an argparse type): 0 steps, warm-up or threads mean nothing useful, and
+    a negative one used to surface as a traceback from the trainer or torch."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
 def row_config(overrides: dict[str, Any], steps: int | None = None, warmup: int | None = None,
                budget: str = "short"):
-    """The chapter-8 config with the budget and one row's changes applied."""
+    """The chapter-8 config with the budget and one row's changes applied (None: the budget's
+    steps and warm-up; 0 is a value, refused by the config, never "unset")."""
     import math
 
     from transformer_lib import translation
 
     shared = _budget(budget)[0]
-    settings = dict(shared, max_steps=steps or shared["max_steps"],
-                    warmup=warmup or shared["warmup"])
+    settings = dict(shared, max_steps=shared["max_steps"] if steps is None else steps,
+                    warmup=shared["warmup"] if warmup is None else warmup)
     if budget == "long":  # the shipped peak rate, whatever the warm-up
         settings["lr_factor"] = round(math.sqrt(settings["warmup"] / SHIPPED_WARMUP), 4)
     return translation.load_config(BASE_CONFIG, **settings, **overrides)
@@ -171,9 +184,13 @@ def run_row(cfg: Any, run_dir: Path, progress: bool = False) -> dict[str, Any]:
     """Train one row's config `cfg` in `run_dir` (or finish it) and return its record."""
     from transformer_lib import translation
     from transformer_lib.model import count_parameters
+    from transformer_lib.translation.checkpoint import recover_checkpoint
     from transformer_lib.translation.data import load_multi30k
 
-    resume = (run_dir / "last").is_dir()
+    # Resume only from a saved state. A row killed in its first steps left config.json,
+    # provenance.json and tokenizer.json but no last/: it starts afresh (the trainer accepts a
+    # directory holding only those), since "resuming" it would find nothing to continue.
+    resume = recover_checkpoint(run_dir / "last")
     t0 = time.perf_counter()
     record: dict[str, Any] = {}
     try:
@@ -207,12 +224,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", choices=("short", "long"), default="short",
                     help="short: 300 steps, every row; long: 1,600 steps, LONG_ROWS")
-    ap.add_argument("--steps", type=int, help="optimizer steps per row (default: the budget's)")
-    ap.add_argument("--warmup", type=int, help="warm-up steps (default: the budget's)")
-    ap.add_argument("--rows", nargs="*", help="only these rows (default: all)")
+    ap.add_argument("--steps", type=positive,
+                    help="optimizer steps per row (default: the budget's)")
+    ap.add_argument("--warmup", type=positive, help="warm-up steps (default: the budget's)")
+    # nargs="+": `--rows $ROWS` with ROWS unset must not mean "every row" (hours of training)
+    ap.add_argument("--rows", nargs="+", metavar="ROW", help="only these rows (default: all)")
     ap.add_argument("--shard", default=(0, 1), type=shard,
                     help="i/n: run rows i, i+n, i+2n, ... (0 <= i < n)")
-    ap.add_argument("--threads", type=int, help="torch threads per process")
+    ap.add_argument("--threads", type=positive, help="torch threads per process")
     ap.add_argument("--progress", action="store_true", help="show a progress bar per row")
     ap.add_argument("--collect", action="store_true", help="merge finished rows into the results")
     ap.add_argument("--allow-missing", action="store_true",
@@ -221,7 +240,7 @@ def main() -> int:
     ap.add_argument("--rescore", action="store_true",
                     help="add the validation cross-entropy to finished rows that lack it")
     args = ap.parse_args()
-    if args.threads:
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.collect:
         return collect(allow_missing=args.allow_missing, budget=args.budget)
@@ -230,7 +249,7 @@ def main() -> int:
     _, runs, _, rows = _budget(args.budget)
     i, n = args.shard
     names = {r[0] for r in rows}
-    unknown = set(args.rows or []) - names
+    unknown = set(args.rows or []) - names  # None: no --rows, every row
     if unknown:
         ap.error(f"unknown rows {sorted(unknown)}; rows of the {args.budget} budget are "
                  f"{sorted(names)}")
@@ -242,14 +261,19 @@ def main() -> int:
             continue
         print(f"{name}: training ({change})", flush=True)
         # The one place the budget's defaults meet the command line's --steps and --warmup.
-        cfg = row_config(overrides, args.steps, args.warmup, args.budget)
-        record = run_row(cfg, runs / name, args.progress)
+        try:
+            cfg = row_config(overrides, args.steps, args.warmup, args.budget)
+            record = run_row(cfg, runs / name, args.progress)
+        except (OSError, ValueError) as e:  # a run directory the trainer refuses, a bad value
+            print(f"ablations.py: row {name}: {' '.join(str(e).split())}", file=sys.stderr)
+            return 1
         record = {
             "row": name, "group": group, "change": change, "overrides": overrides, **record,
             "command": " ".join(["python", "tools/ablations.py", "--rows", name,
                                  "--steps", str(cfg.max_steps), "--warmup", str(cfg.warmup)]
                                 + (["--budget", args.budget] if args.budget != "short" else [])
-                                + (["--threads", str(args.threads)] if args.threads else [])),
+                                + ([] if args.threads is None
+                                   else ["--threads", str(args.threads)])),
             "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "data_dir"},
             "provenance": _row_provenance(runs / name),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -87,10 +87,24 @@ def check_results(results: Any, checkpoint: str, config: dict, parameters: int) 
     needed = ("scores", "system", "signature", "parameters", "config", "command", "epochs",
               "steps", "train_minutes", "wall_minutes_total")
     missing = [k for k in needed if k not in results]
-    if "provenance" not in results and not {"commit", "machine"} <= results.keys():
+    if results.get("provenance") is None and not {"commit", "machine"} <= results.keys():
         missing.append("provenance")
     if missing:
         raise ValueError(f"not a results file of tools/multi30k_report.py: no {missing}")
+    # Present but null (or of another kind) is as unusable as missing: the checks below and
+    # the card would fail on it with a traceback ("'NoneType' object has no attribute 'get'").
+    # Only the whole command's time may be unrecorded (the card says so).
+    kinds = {"scores": dict, "config": dict, "system": str, "signature": str, "command": str,
+             "parameters": int, "epochs": int, "steps": int, "train_minutes": (int, float),
+             "wall_minutes_total": (int, float, type(None)), "provenance": (dict, type(None))}
+    wrong = [k for k, kind in kinds.items() if k in results and not isinstance(results[k], kind)]
+    if wrong:
+        raise ValueError(f"not a results file of tools/multi30k_report.py: {wrong} null or not "
+                         "of the kind it writes")
+    unscored = [k for k, v in results["scores"].items()
+                if not isinstance(v, dict) or "bleu" not in v]
+    if unscored:
+        raise ValueError(f"the results' scores {unscored} have no BLEU score")
     reported = results["scores"].get(results["system"], {}).get("checkpoint")
     if reported != checkpoint:
         raise ValueError(f"the results report the {reported!r} checkpoint ({results['system']}),"
@@ -200,7 +214,10 @@ def main() -> int:
                     help="score fp32 and bf16 weights on the test set (beam 4)")
     args = ap.parse_args()
     device = torch.device("cpu")
-    model, tok, cfg = translation.load_model(args.run / args.checkpoint, device)
+    try:  # a missing or damaged checkpoint is the user's to fix: one line, not a traceback
+        model, tok, cfg = translation.load_model(args.run / args.checkpoint, device)
+    except (OSError, ValueError) as e:
+        ap.error(f"--run {args.run} --checkpoint {args.checkpoint}: {e}; {OUT} left as it was")
     try:
         results = json.loads(args.results.read_text(encoding="utf-8"))
         check_results(results, args.checkpoint, dataclasses.asdict(cfg), count_parameters(model))

@@ -350,6 +350,9 @@ def test_emulated(r: Runner, args: list[str]) -> None:
     unknown = [n for n in names if n not in EMULATED_CPUS]
     if unknown:
         raise TaskError(f"unknown emulated CPU {unknown}: choose from {sorted(EMULATED_CPUS)}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # each name is a full unit + nbval run: twice is an hour for nothing
+        raise TaskError(f"emulated CPU {repeated} named more than once: name each CPU once")
     if r.machine.lower() not in X86:
         # Not a silent pass: the run would check this machine's own kernels only.
         raise TaskError(
@@ -461,6 +464,9 @@ def user_paths(task: str, args: list[str], cwd: Path) -> list[str]:
                 "it from .venv directly, e.g. .venv/bin/pytest -k NAME"
             )
         name, sep, node = arg.partition("::")
+        if not name.strip():  # `unit ''` (an unset variable) is cwd: the whole repository
+            raise ValueError(f"{task} got an empty path ({arg!r}; an unset variable?): name a "
+                             "file or directory, or give none for the default")
         path = (cwd / name).resolve()
         if not path.exists():
             raise ValueError(f"no such file or directory: {name!r} (in {cwd})")

@@ -93,8 +93,12 @@ class GRUTranslator(nn.Module):
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         """src (batch, S) -> states (batch, S, d_model), zero at pads."""
+        _check_ids("src", src, self.src_embed.num_embeddings)
+        batch, S = src.shape
+        if batch == 0 or S == 0:  # nothing to read (and nothing to pack)
+            return self.src_embed.weight.new_zeros(batch, S, self.d_model)
         # (batch,) real tokens per sentence
-        lengths = src_mask.reshape(src.size(0), -1).sum(-1).clamp(min=1)
+        lengths = src_mask.reshape(batch, S).sum(-1).clamp(min=1)
         x = self.dropout(self.src_embed(src))  # (batch, S, d)
         # Packing keeps the backward direction from reading padding first.
         packed = nn.utils.rnn.pack_padded_sequence(
@@ -114,6 +118,7 @@ class GRUTranslator(nn.Module):
         tgt_mask: Tensor | None = None,
     ) -> Tensor:
         """The whole prefix at once: tgt (batch, T) -> (batch, T, d)."""
+        _check_ids("tgt", tgt, self.tgt_embed.num_embeddings)
         start = self._start(memory, src_mask)
         out, _ = self._run(tgt, start, memory, src_mask)
         return out
@@ -126,7 +131,7 @@ class GRUTranslator(nn.Module):
     def _start(self, memory: Tensor, src_mask: Tensor):
         """Start states: bottom (1, batch, d) and top (N-1, batch, d)."""
         # (batch, S, 1): 1 at real tokens
-        real = src_mask.reshape(memory.size(0), -1, 1).to(memory.dtype)
+        real = src_mask.reshape(*memory.shape[:2], 1).to(memory.dtype)
         mean = (memory * real).sum(1) / real.sum(1).clamp(min=1)  # (b, d)
         h0 = torch.tanh(self.init_state(mean)).to(memory.dtype)  # (b, N*d)
         # (N, batch, d)
@@ -144,13 +149,26 @@ class GRUTranslator(nn.Module):
         dtype = self.bottom.weight_hh_l0.dtype  # inputs match the weights
         y = self.dropout(self.tgt_embed(tokens)).to(dtype)  # (batch, t, d)
         s, hb = self.bottom(y, state[0].to(dtype))  # (batch, t, d)
-        mask = src_mask.reshape(memory.size(0), 1, -1)  # (batch, 1, S)
+        # (batch, 1, S)
+        mask = src_mask.reshape(memory.size(0), 1, memory.size(1))
         c, _ = self.attention(s, memory, memory, mask)  # (batch, t, d)
         sc = torch.cat([s, c.to(dtype)], dim=-1)  # (batch, t, 2d)
         h, ht = self.top(self.dropout(sc), state[1].to(dtype))  # (b, t, d)
         hc = torch.cat([h, c.to(dtype)], dim=-1)  # (batch, t, 2d)
         out = self.dropout(torch.tanh(self.out(hc)))  # (batch, t, d)
         return out, (hb, ht)
+
+
+def _check_ids(name: str, tokens: Tensor, vocab: int) -> None:
+    # An id outside [0, vocab) would fail deep inside nn.Embedding.
+    if tokens.numel() == 0 or tokens.device.type == "meta":
+        return
+    low, high = torch.stack(torch.aminmax(tokens)).tolist()  # one sync
+    if low < 0 or high >= vocab:
+        raise ValueError(
+            f"{name} must hold token ids in [0, {vocab}) (the vocabulary "
+            f"size), got ids from {low} to {high}"
+        )
 
 
 class GRUDecoderCache:

@@ -100,6 +100,7 @@ class TransformerLM(nn.Module):
     def embed_tokens(self, tokens: Tensor, start: int = 0) -> Tensor:
         """tokens (batch, len) at positions start, start + 1, ...
         -> (batch, len, d_model)."""
+        _check_ids(tokens, self.embed.lut.num_embeddings)
         x = self.embed(tokens)
         if isinstance(self.position, PositionalEncoding):
             return self.position(x, start=start)
@@ -153,6 +154,26 @@ def _check_tokens(tokens: object, name: str = "tokens") -> None:
         raise ValueError(f"{name} must be a (batch, len) tensor of integer ids, got {got}")
 
 
+def _check_ids(tokens: Tensor, vocab: int, name: str = "tokens") -> None:
+    # An id outside [0, vocab) would fail deep inside nn.Embedding.
+    if tokens.numel() == 0 or tokens.device.type == "meta":
+        return
+    low, high = torch.stack(torch.aminmax(tokens)).tolist()  # one sync
+    if low < 0 or high >= vocab:
+        raise ValueError(
+            f"{name} must hold token ids in [0, {vocab}) (the vocabulary "
+            f"size), got ids from {low} to {high}"
+        )
+
+
+def _check_logits(logits: Tensor) -> None:
+    # A row without a finite best score has no distribution to draw from.
+    if not bool(torch.isfinite(logits.amax(dim=-1)).all()):
+        raise ValueError(
+            "logits must hold a finite largest value in every row (got a row of -inf, +inf or NaN)"
+        )
+
+
 def _check_filters(top_k: object, top_p: object) -> None:
     if top_k is not None:
         check_positive_int(top_k, "top_k")
@@ -171,12 +192,24 @@ def _check_temperature(temperature: object) -> None:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
 
 
-def _check_generate_args(lm: object, prompt: object, max_new_tokens: object) -> None:
+def _check_generate_args(
+    lm: object, prompt: object, max_new_tokens: object, end_symbol: object
+) -> None:
     if not isinstance(lm, TransformerLM) or not lm.causal:
         raise ValueError("lm must be a causal TransformerLM")
     _check_tokens(prompt, "prompt")
     if prompt.size(1) < 1:
         raise ValueError("prompt must hold at least one token per row")
+    vocab = lm.embed.lut.num_embeddings
+    _check_ids(prompt, vocab, "prompt")
+    if end_symbol is not None and (
+        isinstance(end_symbol, bool)
+        or not isinstance(end_symbol, int)
+        or not 0 <= end_symbol < vocab
+    ):
+        raise ValueError(
+            f"end_symbol must be a token id in [0, {vocab}) or None, got {end_symbol!r}"
+        )
     if (
         isinstance(max_new_tokens, bool)
         or not isinstance(max_new_tokens, int)
@@ -241,9 +274,13 @@ def sample_next(
     makes the draws reproducible. Defined in chapter 11.
     """
     _check_temperature(temperature)
+    _check_logits(logits)
     if temperature == 0:
         return logits.argmax(dim=-1)  # (batch,)
-    logits = filter_logits(logits.float() / temperature, top_k, top_p)
+    # Best score 0 first: divided by a tiny temperature, the others go to
+    # -inf and the best stays 0, where raw scores would overflow to inf.
+    logits = logits.float() - logits.float().amax(dim=-1, keepdim=True)
+    logits = filter_logits(logits / temperature, top_k, top_p)
     probs = logits.softmax(dim=-1)  # (batch, vocab)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
@@ -333,7 +370,7 @@ def generate(
     Returns (batch, len + generated) ids, the prompt first. Defined in
     chapter 11.
     """
-    _check_generate_args(lm, prompt, max_new_tokens)
+    _check_generate_args(lm, prompt, max_new_tokens, end_symbol)
     ys, cache = prompt, LMCache(lm) if use_cache else None
     finished = torch.zeros(len(prompt), dtype=torch.bool, device=prompt.device)
     for _ in range(max_new_tokens):

@@ -137,7 +137,7 @@ class FileLock:
             owner = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}  # released meanwhile: try again
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None  # being written right now, or garbage
         return owner if isinstance(owner, dict) else None
 
@@ -181,8 +181,9 @@ class FileLock:
             delay = min(delay * 2, 0.1)
 
     def _message(self, owner: dict[str, Any] | None) -> str:
+        since = f" (since {owner['since']})" if owner and owner.get("since") else ""
         who = (
-            f"process {owner.get('pid')} on host {owner.get('host')} (since {owner.get('since')})"
+            f"process {owner.get('pid')} on host {owner.get('host')}{since}"
             if owner else "another process (its lock file is unreadable)"
         )
         return (
@@ -233,15 +234,19 @@ def _swap_lock(path: Path, what: str) -> FileLock:
     return FileLock(path.parent / f".{path.name}.lock", what=what, wait=SWAP_WAIT)
 
 
-def replace_dir(tmp: Path, path: Path, *, what: str) -> None:
+def replace_dir(tmp: Path, path: Path, *, what: str,
+                check: Callable[[Path], None] | None = None) -> None:
     """Rename the filled directory `tmp` to `path`, atomically replacing any older `path`.
 
     The old version is renamed away first, the new one renamed into place, and the old one
     deleted. A failure between the two renames puts the old one back; a kill there is repaired
     by ``recover_dir``. Replacements of one path take turns (a lock file next to it, `what`
     names it in errors), and each deletes what killed replacements of that path left.
+    `check(path)`, called holding the lock, raises to refuse replacing what is there now.
     """
     with _swap_lock(path, what):
+        if check is not None:
+            check(path)
         old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
         had_old = path.exists()
         if had_old:

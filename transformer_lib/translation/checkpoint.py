@@ -220,9 +220,7 @@ def save_checkpoint(
     naming `path`; the previous checkpoint there, if any, is left as it was.
     """
     path = Path(path)
-    # one stat: exists() then is_dir() raced a concurrent save's swap ("is a file")
-    if path.is_file():
-        raise ValueError(f"path must be a checkpoint directory, but {path} is a file")
+    _check_replaceable(path)  # before the work: a refusal costs nothing
     documents = dict(documents or {})
     _check_documents(documents)
     trainer: dict[str, Any] = {}
@@ -243,11 +241,35 @@ def save_checkpoint(
             file = f" (writing {Path(e.filename).name})" if e.filename else ""
             raise OSError(e.errno, f"checkpoint {path} not saved: {e.strerror or e}{file}; "
                           "the previous version there, if any, is unchanged") from e
-        replace_dir(tmp, path, what=f"checkpoint {path}")
+        # again under the swap's lock: the directory may have changed while the files were
+        # written, and the swap deletes what it replaces
+        replace_dir(tmp, path, what=f"checkpoint {path}", check=_check_replaceable)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _check_replaceable(path: Path) -> None:
+    """Raise unless `path` is missing, an empty directory or a checkpoint (a manifest).
+
+    The swap deletes the directory it replaces: a directory of anything else (a run
+    directory, a dataset, a home directory given by mistake) would be lost with it.
+    """
+    # one stat: exists() then is_dir() raced a concurrent save's swap ("is a file")
+    if path.is_file():
+        raise ValueError(f"path must be a checkpoint directory, but {path} is a file")
+    try:
+        held = sorted(p.name for p in path.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return  # missing (or replaced by a concurrent swap's rename): nothing to lose
+    if held and _MANIFEST not in held:
+        listed = ", ".join(held[:6]) + (f" and {len(held) - 6} more" if len(held) > 6 else "")
+        raise FileExistsError(
+            f"path {path} is a directory that is not a checkpoint (it holds {listed}, and no "
+            f"{_MANIFEST}); saving there would delete these: choose another path, or an empty "
+            "directory"
+        )
 
 
 def _check_documents(documents: dict[str, Any]) -> None:
@@ -330,6 +352,8 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from e
+    except RecursionError:  # "[[[[..." deeper than the interpreter's stack: a crafted file
+        raise ValueError(f"{path} is corrupt: its JSON is nested too deeply to read") from None
 
 
 def _read_tensors(
@@ -356,7 +380,7 @@ def _model_state(path: Path, manifest: Mapping[str, Any], verify: bool, device: 
     tensors, meta = _read_tensors(file, device)
     try:
         aliases = json.loads(meta.get("aliases", "{}"))
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:
         raise ValueError(f"{file}: the 'aliases' metadata is not valid JSON: {e}") from e
     for alias, name in aliases.items():
         if name not in tensors:

@@ -61,6 +61,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _named_path(text: str) -> str:
+    """A path argument: blank (an unset shell variable, `--run-dir $RUN`) names no directory.
+
+    Left as it is, "" or " " would be a path relative to the current directory: a run
+    written into it, or Multi30k looked for there.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"is empty ({text!r}): name a path")
+    return text
+
+
 def _beam(text: str) -> int:
     from transformer_lib.translation.config import MAX_BEAM  # imports torch: only when asked
 
@@ -103,17 +114,17 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a translation model on Multi30k", parents=[common])
-    t.add_argument("--config", required=True, help="TOML file (see configs/)")
+    t.add_argument("--config", required=True, type=_named_path, help="TOML file (see configs/)")
     # --run is a short alias; under torchrun write --run-dir (torchrun's own parser would read
     # --run as an ambiguous abbreviation of its --run-path option).
     t.add_argument(
-        "--run-dir", "--run", dest="run", required=True,
+        "--run-dir", "--run", dest="run", required=True, type=_named_path,
         help="directory for checkpoints, tokenizer and metrics (one run at a time: locked)",
     )
     t.add_argument("--resume", action="store_true",
                    help="continue from RUN/last (only epochs, time limit, data dir, checkpoint "
                         "and decoding settings may change)")
-    t.add_argument("--data-dir",
+    t.add_argument("--data-dir", type=_named_path,
                    help="Multi30k directory (default: see transformer_lib.translation.data)")
     t.add_argument("--epochs", type=_positive_int, help="override the config's epochs")
     t.add_argument("--precision", choices=_PRECISIONS,
@@ -148,7 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--src", help="score this file of source sentences (one per line; plain or "
                                  ".gz) instead of a Multi30k split; needs --ref")
     e.add_argument("--ref", help="the reference translations of --src, line by line")
-    e.add_argument("--data-dir")
+    e.add_argument("--data-dir", type=_named_path,
+                   help="Multi30k directory (default: see transformer_lib.translation.data)")
     e.add_argument("--limit", type=_positive_int, help="only the first n sentences")
     e.add_argument("--output", help="write the JSON result (with hypotheses) here")
 
@@ -172,8 +184,27 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{e} (see --help)", 2, debug=False)
     except KeyboardInterrupt:
         return _fail("interrupted", 130, debug=getattr(args, "debug", False))
+    except BrokenPipeError:  # the reader left (`| head`): a filter stops quietly, as `cat` does
+        return _reader_gone()
     except Exception as e:  # noqa: BLE001 - every failure becomes one line (or --debug)
         return _fail(_describe(e), 1, debug=getattr(args, "debug", False))
+
+
+def _reader_gone() -> int:
+    """Exit status 141 (128 + SIGPIPE, what a filter killed by SIGPIPE reports), no message.
+
+    As Python's documentation of SIGPIPE advises, stdout is pointed at devnull first: the
+    interpreter flushes stdout at exit, and the text still buffered for the closed pipe would
+    raise BrokenPipeError a second time, printed as "Exception ignored ...".
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): nothing to do
+        return 141
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return 141
 
 
 def _describe(e: BaseException) -> str:
@@ -199,6 +230,9 @@ def _run(args: argparse.Namespace) -> int:
     from transformer_lib.translation.precision import precision_note
 
     if args.command == "train":
+        if Path(args.config).is_dir():  # else open() says only "[Errno 21] Is a directory"
+            raise ValueError(f"--config {args.config!r} is a directory: name a TOML file "
+                             "(see configs/)")
         cfg = config.load_config(
             args.config, data_dir=args.data_dir, epochs=args.epochs, precision=args.precision,
             fast=args.fast,
@@ -245,6 +279,9 @@ def _translate(args: argparse.Namespace) -> int:
 
     if args.int8 and args.precision == "bf16":
         raise _UsageError("--int8 computes in int8 and fp32: it does not go with --precision bf16")
+    if sys.stdin is None:  # `<&-` (or a service with no stdin): before the model is loaded
+        raise ValueError("no input: standard input is closed; pipe or type the sentences in, "
+                         "one per line")
     if args.int8:  # int8 kernels are the CPU's, even where there is a GPU
         model, tok, cfg = inference.load_model(_checkpoint(args), torch.device("cpu"))
         model = quantize.quantize_int8(model)
@@ -351,7 +388,11 @@ def _checkpoint(args: argparse.Namespace) -> Path:
     if not args.checkpoint.strip():  # an unset shell variable: not a wish for the shipped model
         raise _UsageError("--checkpoint is empty: name a checkpoint directory, or leave "
                           "--checkpoint out for the shipped model")
-    return Path(args.checkpoint)
+    path = Path(args.checkpoint)
+    if path.exists() and not path.is_dir():  # the loader would say the directory is not found
+        raise ValueError(f"--checkpoint {args.checkpoint!r} is a file, not a checkpoint "
+                         "directory (a folder holding manifest.json)")
+    return path
 
 
 def _writable(path: str, *inputs: str | None) -> Path:

@@ -120,7 +120,10 @@ class Config:
     save_every: int = 200  # optimizer steps between resumable checkpoints
     keep_last: int = 5  # per-epoch weight snapshots kept for averaging
     average_last: int = 5  # average the last k epoch snapshots at the end (0 or 1: off)
-    bleu_every: int = 1  # validation BLEU every k epochs (greedy; 0: never)
+    # validation BLEU every k epochs (greedy). RUN/best is the epoch of the best BLEU, so with
+    # 0 or k > epochs (no BLEU: faster, e.g. bench/fast_setting_quality.py) a run writes no
+    # best/ (it says so at its end): evaluate RUN/last or RUN/averaged instead
+    bleu_every: int = 1
     beam_size: int = 4  # evaluate and translate: beam width (1 = greedy)
     length_penalty: float = 0.6  # beam search's GNMT length penalty alpha
     max_len_a: float = 1.5  # decode at most a * source length + b tokens
@@ -367,7 +370,11 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     the keys of ``FAST``. A base that is missing, not a string, or part of a cycle is an
     error naming the files.
     """
-    path = path.resolve()
+    if path.is_file() or not path.exists():
+        path = path.resolve()
+    # else a pipe (``--config <(...)``: /dev/fd/N) or a device: resolved, a pipe becomes
+    # "pipe:[N]", a name that cannot be opened; read as given, its base is relative to the
+    # working directory (a pipe has no folder)
     if path in chain:
         loop = " -> ".join(str(p) for p in (*chain, path))
         raise ValueError(f"config {chain[0]}: its bases form a cycle: {loop}")
@@ -377,7 +384,7 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
         return values
     if not isinstance(base, str):
         raise ValueError(f"config {path}: base must be a file name (a string), got {base!r}")
-    parent = path.parent / base
+    parent = (path.parent if path.is_file() else Path.cwd()) / base
     if not parent.is_file():
         raise ValueError(f"config {path}: its base {base!r} ({parent}) does not exist")
     inherited = _read_with_base(parent, (*chain, path))
@@ -386,16 +393,32 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     return {**inherited, **values}
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is a page of text; /dev/zero would fill the memory
+
+
+def _read_capped(path: Path) -> bytes:
+    """The bytes of `path`, or a ValueError naming it past ``MAX_CONFIG_BYTES``."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"config {path} is larger than {MAX_CONFIG_BYTES} bytes: not a config "
+                         "file (a TOML config is a few lines)")
+    return data
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
+    data = _read_capped(path)
     try:
         # a byte order mark (Notepad's UTF-8) is no TOML statement: read past it
-        raw = tomllib.loads(path.read_bytes().decode("utf-8").removeprefix("\ufeff"))
+        raw = tomllib.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"config {path} is not valid TOML: {e}") from e
+    except RecursionError:  # nesting like a = [[[[...: tomllib recurses per level
+        raise ValueError(f"config {path} is not valid TOML: nested too deeply") from None
     except UnicodeDecodeError as e:  # TOML is UTF-8; the codec's message names no file
         line = e.object[: e.start].count(b"\n") + 1
         raise ValueError(f"config {path} is not UTF-8 text (as TOML must be): byte "

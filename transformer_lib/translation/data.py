@@ -500,8 +500,8 @@ def make_batches(
         i = too_long[0]
         raise ValueError(
             f"max_tokens={max_tokens} is smaller than example {i}, which needs {lengths[i]} "
-            f"tokens ({len(too_long)} examples do not fit); raise max_tokens or filter with "
-            "encode_pairs(drop_longer_than=...)"
+            f"tokens ({len(too_long)} examples do not fit); raise max_tokens, or lower the "
+            "config key drop_longer_than (encode_pairs' drop_longer_than) to drop them"
         )
     rng = random.Random(seed)
     order = list(range(len(examples)))

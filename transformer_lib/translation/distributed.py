@@ -58,15 +58,25 @@ def rank_and_world() -> tuple[int, int]:
 
 def join_process_group(device: torch.device) -> bool:
     """Join the process group when started by torchrun (WORLD_SIZE > 1); True if joined here."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+    raw = os.environ.get("WORLD_SIZE", "1")
+    try:
+        world = int(raw)
+    except ValueError:  # int()'s own message names neither the variable nor its origin
+        raise ValueError(f"environment variable WORLD_SIZE must be an integer (the number of "
+                         f"processes torchrun starts), got {raw!r}") from None
+    if world <= 1 or dist.is_initialized():
         return False
     dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return True
 
 
-def leave_process_group() -> None:
-    """Wait for every process, then leave the group ``join_process_group`` joined."""
-    dist.barrier()
+def leave_process_group(wait: bool = True) -> None:
+    """Wait for every process (`wait`), then leave the group ``join_process_group`` joined.
+
+    Without `wait` (after an error), leave at once: the others may never reach a barrier.
+    """
+    if wait:
+        dist.barrier()
     dist.destroy_process_group()
 
 

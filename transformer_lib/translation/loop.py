@@ -157,7 +157,9 @@ def train(
     called after every optimizer step (tests use it to simulate an interruption). With
     `progress`, rank 0 first writes one line naming the precision (``precision_note``).
     Precision "auto" (and so ``fast``) resolves on the machine that runs, resumed runs too:
-    every epoch's record names the precision it trained in.
+    every epoch's record names the precision it trained in. A resumed run whose step or time
+    budget (or epochs) is already used up trains nothing and rewrites no checkpoint: the result's
+    ``complete`` says so, and rank 0 a line on stderr.
 
     Raises before writing anything: ``LockHeld`` if another process trains in `run_dir`;
     ``FileExistsError`` if not `resume` and `run_dir` is not empty (a run, a checkpoint, any
@@ -170,25 +172,31 @@ def train(
     run_dir = Path(run_dir)
     device = default_device() if device is None else checked_device(device)
     joined = join_process_group(device)
-    rank, world = rank_and_world()
-    lock = start_run(cfg, run_dir, resume, rank, world)
+    finished = False
     try:
-        if progress and rank == 0:
-            print(precision_note(cfg.precision, device, fast=cfg.fast), file=sys.stderr)
-        run = _setup(cfg, run_dir, resume, device, rank, world)
-        partial = _train_epochs(run, progress, on_step)
-        averaged = _average_snapshots(run_dir, cfg.average_last) if rank == 0 else None
-        if averaged is not None:
-            run.model.load_state_dict(averaged, strict=False)
-            _save(run, run_dir / "averaged", resumable=False)
+        rank, world = rank_and_world()
+        lock = start_run(cfg, run_dir, resume, rank, world)
+        try:
+            if progress and rank == 0:
+                print(precision_note(cfg.precision, device, fast=cfg.fast), file=sys.stderr)
+            run = _setup(cfg, run_dir, resume, device, rank, world)
+            complete = _complete(run)
+            partial = None if complete else _train_and_average(run, progress, on_step)
+            if complete and rank == 0:  # an outcome, not progress: said even without it
+                print(complete, file=sys.stderr)
+        finally:
+            if lock is not None:
+                lock.release()
+        finished = True
     finally:
-        if lock is not None:
-            lock.release()
-    if joined:
-        leave_process_group()
+        # Also after an error (a refused run directory, a bad value): a process that exits
+        # still in its group can abort (SIGABRT) instead of reporting the error. After one,
+        # no barrier: the other processes may have stopped elsewhere and would never come.
+        if joined:
+            leave_process_group(wait=finished)
     history = run.state.history + ([partial] if partial else [])
     return {"history": history, "steps": run.state.step, "minutes": run.state.train_seconds / 60,
-            "precision": run.precision}
+            "precision": run.precision, "complete": bool(complete)}
 
 
 def make_optimizer(cfg: Config, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
@@ -268,7 +276,32 @@ def _prepare_data(cfg: Config, run_dir: Path, tokenizer_file: Path | None, rank:
             tok = load_tokenizer(run_dir / "tokenizer.json")  # every rank uses rank 0's file
     # Training drops the few pairs longer than drop_longer_than subwords; validation keeps all.
     train = encode_pairs(train_pairs, tok, cfg.drop_longer_than)
-    return _Data(tok, train, encode_pairs(val_pairs, tok), val_pairs)
+    if not train:  # an epoch of no steps would save an untrained model as the run's best
+        limit = f" (train_limit = {cfg.train_limit})" if cfg.train_limit else ""
+        raise ValueError(f"config: drop_longer_than = {cfg.drop_longer_than} drops every one of "
+                         f"the {len(train_pairs)} training pairs{limit}: each has more "
+                         "subwords on one side; raise drop_longer_than")
+    val = encode_pairs(val_pairs, tok)
+    _check_positions(cfg, train, val)
+    return _Data(tok, train, val, val_pairs)
+
+
+def _check_positions(cfg: Config, train: list, val: list) -> None:
+    """A learned position table has no row past max_positions: refuse data that needs more
+    now, not after an epoch of training, in the validation loss (sinusoids extend)."""
+    if cfg.arch != "transformer" or cfg.positional != "learned":
+        return
+    for split, examples in (("training", train), ("validation", val)):
+        # the encoder reads ids + EOS, the decoder BOS + ids (``Batch`` drops the last EOS)
+        need = max((max(len(s), len(t)) + 1 for s, t in examples), default=0)
+        if need > cfg.max_positions:
+            fix = (f", or lower drop_longer_than to {cfg.max_positions - 1}"
+                   if split == "training" else " (validation keeps every pair)")
+            raise ValueError(
+                f"config: max_positions = {cfg.max_positions} is too small for the {split} "
+                f"data: its longest pair needs {need} positions (subwords + EOS or BOS), and "
+                f"positional = 'learned' has none past max_positions; raise max_positions to "
+                f"{need} or more{fix}")
 
 
 def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank: int,
@@ -314,12 +347,47 @@ def _epoch_steps(cfg: Config, train: Sequence, epoch: int, world: int) -> list[l
     return [batches[i : i + per_step] for i in range(0, len(batches) - per_step + 1, per_step)]
 
 
+def _complete(run: _Run) -> str | None:
+    """Why the run has nothing left to train (its budget or its epochs are used up), or None.
+
+    Checked before any step: the budget is otherwise checked only after a step, and every
+    resume of a finished run would train one more step and rewrite its checkpoints.
+    """
+    cfg, state = run.cfg, run.state
+    if _out_of_budget(cfg, state):
+        used = (f"max_steps = {cfg.max_steps}" if cfg.max_steps and state.step >= cfg.max_steps
+                else f"time_limit_min = {cfg.time_limit_min}")
+        return (f"run {run.run_dir} is complete: its budget ({used}) is used up at step "
+                f"{state.step}; nothing was trained or saved (raise max_steps or "
+                "time_limit_min to train further)")
+    if state.epoch >= cfg.epochs:
+        return (f"run {run.run_dir} is complete: it has trained all {cfg.epochs} epochs; "
+                "nothing was trained or saved (raise epochs to train further)")
+    return None
+
+
+def _train_and_average(run: _Run, progress: bool, on_step: Callable[[int], None] | None):
+    """Train the remaining epochs, then save the average of the last snapshots (rank 0)."""
+    partial = _train_epochs(run, progress, on_step)
+    averaged = _average_snapshots(run.run_dir, run.cfg.average_last) if run.rank == 0 else None
+    if averaged is not None:
+        run.model.load_state_dict(averaged, strict=False)
+        _save(run, run.run_dir / "averaged", resumable=False)
+    if run.rank == 0 and not (run.run_dir / "best").is_dir():  # else found missing much later
+        print(f"no BLEU was computed (bleu_every = {run.cfg.bleu_every}, epochs = "
+              f"{run.cfg.epochs}), so {run.run_dir / 'best'} was not written: evaluate "
+              f"{run.run_dir / 'last'} or {run.run_dir / 'averaged'} instead", file=sys.stderr)
+    return partial
+
+
 def _train_epochs(run: _Run, progress: bool, on_step: Callable[[int], None] | None):
     """Train the remaining epochs; return the record of a time-limited partial epoch or None."""
     cfg, state = run.cfg, run.state
     t0 = time.perf_counter() - state.train_seconds
     for epoch in range(state.epoch, cfg.epochs):
         steps = _epoch_steps(cfg, run.data.train, epoch, run.world)
+        if not steps:  # before any step: no checkpoint of an untrained model as "best"
+            raise _no_steps(run, epoch)
         run.model.train()
         _train_steps(run, epoch, steps, t0, progress, on_step)
         out_of_time = _out_of_budget(cfg, state)
@@ -328,6 +396,20 @@ def _train_epochs(run: _Run, progress: bool, on_step: Callable[[int], None] | No
         if out_of_time:
             return record if partial else None
     return None
+
+
+def _no_steps(run: _Run, epoch: int) -> ValueError:
+    cfg, per_step = run.cfg, run.cfg.accum * run.world
+    n = len(make_batches(run.data.train, cfg.max_tokens, shuffle=True,
+                         seed=cfg.seed * 1000 + epoch))
+    pairs = f"{len(run.data.train)} training pairs" + (
+        f" (train_limit = {cfg.train_limit})" if cfg.train_limit else "")
+    return ValueError(
+        f"config: epoch {epoch + 1} has no optimizer step: its {pairs} make {n} micro-batches "
+        f"of max_tokens = {cfg.max_tokens}, fewer than the {per_step} one step needs "
+        f"(accum = {cfg.accum} x {run.world} process(es)); lower accum or max_tokens, or "
+        "raise train_limit"
+    )
 
 
 def _train_steps(run: _Run, epoch: int, steps: list, t0: float, progress: bool,

@@ -18,7 +18,11 @@ from transformer_lib.translation._fileio import FileLock, replace_file
 from transformer_lib.translation.checkpoint import load_checkpoint, recover_checkpoint
 from transformer_lib.translation.config import RESUMABLE_CHANGES, Config, config_from_saved
 from transformer_lib.translation.distributed import on_rank0_then_share
-from transformer_lib.translation.provenance import write_provenance
+from transformer_lib.translation.provenance import (
+    PROVENANCE_FILE,
+    read_provenance,
+    write_provenance,
+)
 
 __all__ = ["start_run", "check_run_dir", "check_same_config", "epoch_snapshots"]
 
@@ -32,6 +36,7 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, rank: int, world: int) -
     def start() -> FileLock:
         if resume and not run_dir.is_dir():
             check_run_dir(cfg, run_dir, resume)  # raises: do not create what we refuse
+        _check_not_inside_checkpoint(run_dir)  # before mkdir adds a directory to it
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = FileLock(run_dir / ".lock", what=f"run directory {run_dir}").acquire()
         try:
@@ -57,9 +62,10 @@ def check_run_dir(cfg: Config, run_dir: Path, resume: bool) -> None:
     a new one, written over the old run's files, and the config check would have nothing to
     compare with.
     """
+    _check_not_inside_checkpoint(run_dir)
     held = _contents(run_dir)
     if not resume:
-        if held:
+        if held and not _only_a_start(run_dir, held):
             raise FileExistsError(_occupied(run_dir, held))
         return
     if not run_dir.is_dir():
@@ -71,6 +77,44 @@ def check_run_dir(cfg: Config, run_dir: Path, resume: bool) -> None:
     if not recover_checkpoint(last):
         raise FileNotFoundError(_nothing_to_resume(run_dir, held))
     check_same_config(cfg, load_checkpoint(last, None)["config"], last)
+
+
+def _check_not_inside_checkpoint(run_dir: Path) -> None:
+    """Refuse a run directory inside a checkpoint (``RUN/last/nested``): the next save of that
+    checkpoint replaces the whole directory, and this run with it."""
+    for parent in run_dir.absolute().parents:
+        if (parent / "manifest.json").is_file():
+            raise FileExistsError(
+                f"run directory {run_dir} is inside the checkpoint {parent} (it holds "
+                "manifest.json); the next save of that checkpoint would delete it: choose a "
+                "run directory outside every checkpoint"
+            )
+
+
+# What the start of a run writes before it trains (start_run, then the tokenizer): a run that
+# failed after writing them (data not found, a bad value found late) left nothing else.
+_START_FILES = frozenset({"config.json", PROVENANCE_FILE, "tokenizer.json"})
+
+
+def _only_a_start(run_dir: Path, held: list[str]) -> bool:
+    """Whether `run_dir` holds only what the start of a run that failed before its first
+    checkpoint wrote: a new run may write over those files, nothing of value is lost.
+
+    Checked by content, not only by name: a config.json or tokenizer.json of the user's own
+    is not the debris of a run. config.json must be a run's config and provenance.json a
+    run's record (it comes second, so a run stopped before it is not recognised: refused).
+    """
+    if not set(held) <= _START_FILES or not {"config.json", PROVENANCE_FILE} <= set(held):
+        return False
+    try:
+        saved = json.loads((run_dir / "config.json").read_text("utf-8"))
+        # every key, as start_run writes it: {"mine": true} would pass as defaults
+        if not isinstance(saved, dict) or set(saved) != set(dataclasses.asdict(Config())):
+            return False
+        config_from_saved(saved, run_dir)
+        return read_provenance(run_dir) is not None
+    except (OSError, ValueError, RecursionError):
+        return False
 
 
 def _contents(run_dir: Path) -> list[str]:
@@ -107,6 +151,11 @@ def _nothing_to_resume(run_dir: Path, held: list[str]) -> str:
         return (f"{run_dir} is a checkpoint, not a run directory, so there is nothing to "
                 "resume; resume the run directory that holds last/, or start a new run in "
                 "another directory")
+    if _only_a_start(run_dir, held):
+        return (f"cannot resume {run_dir}: a run started there but stopped before its first "
+                f"checkpoint ({run_dir / 'last'} is missing; it holds only {_listed(held)}), so "
+                "there is no saved state to continue from; start a new run there without resume "
+                "(--resume): it writes over these files")
     return (f"cannot resume {run_dir}: {run_dir / 'last'} is missing, so there is no saved state "
             f"to continue from (the directory holds {_listed(held)}); start a new run in "
             "another directory, or delete these files first")
