@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from transformer_lib import translation
-from transformer_lib.translation import _fileio, distributed, loop, rundir
+from transformer_lib.translation import _fileio, checkpoint, distributed, loop, rundir
 from transformer_lib.translation.checkpoint import load_checkpoint, save_checkpoint
 from transformer_lib.translation.data import make_batches
 
@@ -260,3 +260,17 @@ def test_a_world_size_that_is_no_number_is_named(monkeypatch):
 def test_the_max_tokens_error_names_the_config_key_drop_longer_than():
     with pytest.raises(ValueError, match="config key drop_longer_than"):
         make_batches([([5] * 40, [6] * 40)], 16, shuffle=False, seed=0)
+
+
+def test_a_file_of_another_size_than_the_manifest_says_is_corrupt_before_hashing(
+    checkpoint_dir, tmp_path, monkeypatch
+):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(checkpoint_dir, ckpt)
+    with open(ckpt / "model.safetensors", "r+b") as f:  # a sparse tail: a huge file, no data
+        f.truncate(1 << 40)
+    hashed, real = [], checkpoint.sha256_file
+    monkeypatch.setattr(checkpoint, "sha256_file", lambda p: hashed.append(p) or real(p))
+    with pytest.raises(ValueError, match=r"model\.safetensors is corrupt: \d+ bytes expected"):
+        translation.load_model(ckpt, torch.device("cpu"))
+    assert all(p.name != "model.safetensors" for p in hashed)

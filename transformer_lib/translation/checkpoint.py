@@ -339,6 +339,10 @@ def _check_file(path: Path, manifest: Mapping[str, Any], verify: bool) -> Path:
     if entry is None or not path.is_file():
         raise ValueError(f"checkpoint {path.parent} is incomplete: {path.name} is missing")
     if verify:
+        # the size first: a crafted entry for a huge (sparse) file would be hashed for hours
+        size, listed = path.stat().st_size, entry.get("bytes")
+        if isinstance(listed, int) and not isinstance(listed, bool) and size != listed:
+            raise ValueError(f"{path} is corrupt: {listed} bytes expected, got {size}")
         actual = sha256_file(path)
         if actual != entry.get("sha256"):
             raise ValueError(
