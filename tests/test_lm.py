@@ -260,3 +260,6 @@ def test_mask_tokens_is_reproducible_and_validates():
         mask_tokens(tokens, 50, 10, 5)
     with pytest.raises(ValueError, match="tokens"):
         mask_tokens(tokens.float(), 50, 4, 50)
+    for bad in (-1, 2.0, True):  # a [MASK] id the embedding cannot look up
+        with pytest.raises(ValueError, match="mask_id"):
+            mask_tokens(tokens, bad, 4, 50)

@@ -218,8 +218,10 @@ def _check_generate_args(
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
 
 
-def _check_masking(tokens: object, p: object, low: object, high: object) -> None:
+def _check_masking(tokens: object, mask_id: object, p: object, low: object, high: object) -> None:
     _check_tokens(tokens)
+    if isinstance(mask_id, bool) or not isinstance(mask_id, int) or mask_id < 0:
+        raise ValueError(f"mask_id must be a token id >= 0, got {mask_id!r}")
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p < 1:
         raise ValueError(f"p must be a probability in (0, 1), got {p!r}")
     if not (isinstance(low, int) and isinstance(high, int) and 0 <= low < high):
@@ -415,7 +417,7 @@ def mask_tokens(
     token where chosen and -100 (``F.nll_loss``'s ignore_index) elsewhere.
     Defined in chapter 11.
     """
-    _check_masking(tokens, p, low, high)
+    _check_masking(tokens, mask_id, p, low, high)
     shape, device = tokens.shape, tokens.device
     u = torch.rand(shape, generator=generator).to(device)
     chosen = (u < p) & (tokens >= low)  # 1) the tokens to predict
