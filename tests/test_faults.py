@@ -253,6 +253,7 @@ def test_a_crafted_config_cannot_force_a_huge_allocation(checkpoint_dir, tmp_pat
     (copy / "config.json").write_text(json.dumps(config))
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["files"]["config.json"]["sha256"] = sha256_file(copy / "config.json")
+    manifest["files"]["config.json"]["bytes"] = (copy / "config.json").stat().st_size
     (copy / "manifest.json").write_text(json.dumps(manifest))
 
     def no_build(**kw):
@@ -418,6 +419,7 @@ def test_a_run_saved_before_the_new_keys_resumes(interrupted_run, tmp_path):
         translation.train(_cfg(), run, resume=True, progress=False)
     manifest = json.loads((run / "last" / "manifest.json").read_text())
     manifest["files"]["config.json"]["sha256"] = sha256_file(run / "last" / "config.json")
+    manifest["files"]["config.json"]["bytes"] = (run / "last" / "config.json").stat().st_size
     (run / "last" / "manifest.json").write_text(json.dumps(manifest))
     out = translation.train(_cfg(), run, resume=True, progress=False)  # ... the resume does not
     assert out["history"][0]["epoch"] == 1

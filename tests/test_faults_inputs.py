@@ -62,6 +62,7 @@ def _with_config(checkpoint: Path, dest: Path, **changes) -> Path:
     (copy / "config.json").write_text(json.dumps(config))
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["files"]["config.json"]["sha256"] = sha256_file(copy / "config.json")
+    manifest["files"]["config.json"]["bytes"] = (copy / "config.json").stat().st_size
     (copy / "manifest.json").write_text(json.dumps(manifest))
     return copy
 

@@ -174,6 +174,7 @@ def _greedy_checkpoint(checkpoint_dir: Path, dest: Path) -> Path:
     (copy / "config.json").write_text(json.dumps({**config, "beam_size": 1}))
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["files"]["config.json"]["sha256"] = sha256_file(copy / "config.json")
+    manifest["files"]["config.json"]["bytes"] = (copy / "config.json").stat().st_size
     (copy / "manifest.json").write_text(json.dumps(manifest))
     return copy
 
