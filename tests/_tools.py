@@ -1,11 +1,19 @@
-"""Load a script of tools/ (not a package) as a module, for the tests of that script."""
+"""Helpers shared by test files: a script of tools/ (not a package) loaded as a module, and the
+tiny training run of the fault tests."""
 
+import hashlib
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ROOT / "tools"
+TINY = ROOT / "configs" / "tiny.toml"
+# a run of seconds: few pairs, one epoch, frequent saves, no BLEU, no averaging
+FAST = dict(train_limit=64, val_limit=8, epochs=1, save_every=2, max_tokens=256, bleu_every=0,
+            average_last=0, keep_last=1)
 
 
 def load_tool(name: str) -> ModuleType:
@@ -16,3 +24,16 @@ def load_tool(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def tiny_config(**changes: Any):
+    """configs/tiny.toml with FAST and then `changes` applied (a translation.Config)."""
+    from transformer_lib import translation  # imports torch: only for the tests that train
+
+    return translation.load_config(TINY, **{**FAST, **changes})
+
+
+def file_tree(folder: Path) -> dict[str, str]:
+    """Every file under `folder` (relative name -> SHA-256): to show nothing was written."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}

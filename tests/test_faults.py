@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tools import TINY, tiny_config
 
 from transformer_lib import translation
 from transformer_lib.model import make_model
@@ -28,17 +29,10 @@ from transformer_lib.translation._fileio import FileLock, LockHeld, sha256_file
 from transformer_lib.translation.checkpoint import load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "tiny.toml"
-FAST = dict(train_limit=64, val_limit=8, epochs=1, save_every=2, max_tokens=256, bleu_every=0,
-            average_last=0, keep_last=1)
 needs_data = pytest.mark.skipif(
     not all((data.default_data_dir() / f).is_file() for f in data.SHA256),
     reason="the Multi30k files are not available (set MULTI30K_DIR or run data.download())",
 )
-
-
-def _cfg(**kw) -> translation.Config:
-    return translation.load_config(TINY, **{**FAST, **kw})
 
 
 def _holder(lock: Path, ready: Path) -> subprocess.Popen:
@@ -66,13 +60,13 @@ def test_a_run_directory_in_use_is_refused_naming_the_owner(tmp_path):
     holder = _holder(run / ".lock", tmp_path / "ready")
     try:
         with pytest.raises(LockHeld, match=rf"in use by process {holder.pid} on host .*delete"):
-            translation.train(_cfg(), run, progress=False)
+            translation.train(tiny_config(), run, progress=False)
         assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing else written
     finally:
         holder.kill()
         holder.wait()
     # The holder was killed: its lock is stale on this host and is taken over.
-    out = translation.train(_cfg(), run, progress=False)
+    out = translation.train(tiny_config(), run, progress=False)
     assert out["steps"] > 0 and not (run / ".lock").exists()
 
 
@@ -142,7 +136,7 @@ def test_saving_removes_debris_of_crashed_saves(tmp_path):
 
 
 def test_resume_after_a_crash_mid_swap_continues_from_the_saved_step(tmp_path):
-    cfg = _cfg(epochs=1)
+    cfg = tiny_config(epochs=1)
 
     class Stop(Exception):
         pass
@@ -177,7 +171,7 @@ def test_an_edited_tokenizer_is_detected(checkpoint_dir, tmp_path):
 
 def test_divergence_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
     # A learning rate of ~1e29 overflows the weights within a few steps.
-    cfg = _cfg(lr_factor=1e30, warmup=1, clip_norm=None, save_every=1, epochs=2)
+    cfg = tiny_config(lr_factor=1e30, warmup=1, clip_norm=None, save_every=1, epochs=2)
     with pytest.raises(FloatingPointError, match=r"diverged at step \d+.*last good checkpoint"):
         translation.train(cfg, tmp_path, progress=False)
     model, _, _ = translation.load_model(tmp_path / "last", torch.device("cpu"))
@@ -208,7 +202,7 @@ def interrupted_run(tmp_path_factory):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        translation.train(_cfg(), run, progress=False, on_step=stop)
+        translation.train(tiny_config(), run, progress=False, on_step=stop)
     return run
 
 
@@ -217,29 +211,31 @@ def test_resume_with_a_changed_config_names_the_keys_and_writes_nothing(interrup
     before = (run / "config.json").read_text()
     changed = r"d_model: 32 in the run, 64 now; lr_factor: 1\.0 in the run, 2\.0 now"
     with pytest.raises(ValueError, match=changed):
-        translation.train(_cfg(lr_factor=2.0, d_model=64, h=2), run, resume=True, progress=False)
+        translation.train(tiny_config(lr_factor=2.0, d_model=64, h=2), run, resume=True,
+                          progress=False)
     assert (run / "config.json").read_text() == before
     # epochs and the time limit may change: a longer run is a normal reason to resume
-    out = translation.train(_cfg(epochs=2, time_limit_min=30), run, resume=True, progress=False)
+    out = translation.train(tiny_config(epochs=2, time_limit_min=30), run, resume=True,
+                            progress=False)
     assert [r["epoch"] for r in out["history"]] == [1, 2]
 
 
 def test_resume_of_a_missing_run_directory_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist.*without resume"):
-        translation.train(_cfg(), tmp_path / "nope", resume=True, progress=False)
+        translation.train(tiny_config(), tmp_path / "nope", resume=True, progress=False)
     assert not (tmp_path / "nope").exists()
 
 
 def test_a_new_run_into_an_existing_run_is_refused(interrupted_run, tmp_path):
     run = shutil.copytree(interrupted_run, tmp_path / "run")
     with pytest.raises(FileExistsError, match="already holds a run.*resume"):
-        translation.train(_cfg(), run, progress=False)
+        translation.train(tiny_config(), run, progress=False)
 
 
 def test_resumed_epoch_loss_covers_the_whole_epoch(interrupted_run, tmp_path):
-    full = translation.train(_cfg(), tmp_path / "full", progress=False)
+    full = translation.train(tiny_config(), tmp_path / "full", progress=False)
     run = shutil.copytree(interrupted_run, tmp_path / "run")
-    resumed = translation.train(_cfg(), run, resume=True, progress=False)
+    resumed = translation.train(tiny_config(), run, resume=True, progress=False)
     assert resumed["history"][0]["train_loss"] == full["history"][0]["train_loss"]
 
 
@@ -416,10 +412,11 @@ def test_a_run_saved_before_the_new_keys_resumes(interrupted_run, tmp_path):
     del config["max_positions"]
     (run / "last" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="corrupt"):  # the manifest notices the edit ...
-        translation.train(_cfg(), run, resume=True, progress=False)
+        translation.train(tiny_config(), run, resume=True, progress=False)
     manifest = json.loads((run / "last" / "manifest.json").read_text())
     manifest["files"]["config.json"]["sha256"] = sha256_file(run / "last" / "config.json")
     manifest["files"]["config.json"]["bytes"] = (run / "last" / "config.json").stat().st_size
     (run / "last" / "manifest.json").write_text(json.dumps(manifest))
-    out = translation.train(_cfg(), run, resume=True, progress=False)  # ... the resume does not
+    # ... once re-sealed, the resume does not
+    out = translation.train(tiny_config(), run, resume=True, progress=False)
     assert out["history"][0]["epoch"] == 1

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tools import file_tree, tiny_config
 from torch import nn
 
 from transformer_lib import translation
@@ -24,19 +25,6 @@ from transformer_lib.translation.checkpoint import load_checkpoint, save_checkpo
 from transformer_lib.translation.data import make_batches
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "tiny.toml"
-FAST = dict(train_limit=64, val_limit=8, epochs=1, save_every=2, max_tokens=256, bleu_every=0,
-            average_last=0, keep_last=1)
-
-
-def _cfg(**kw) -> translation.Config:
-    return translation.load_config(TINY, **{**FAST, **kw})
-
-
-def _tree(folder: Path) -> dict[str, str]:
-    """Every file under `folder` (relative name -> SHA-256): to show nothing was written."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
 # ------------------------------------------------------------------ D1: save over a directory
@@ -83,11 +71,12 @@ def test_save_checkpoint_refuses_what_appeared_while_it_was_writing(tmp_path, mo
 
 def test_a_run_directory_inside_a_checkpoint_is_refused(checkpoint_dir, tmp_path):
     copy = shutil.copytree(checkpoint_dir, tmp_path / "last")
-    before = _tree(copy)
+    before = file_tree(copy)
     for resume in (False, True):
         with pytest.raises(FileExistsError, match=r"inside the checkpoint .*last.*manifest"):
-            translation.train(_cfg(), copy / "nested" / "deeper", resume=resume, progress=False)
-    assert _tree(copy) == before and not (copy / "nested").exists()
+            translation.train(tiny_config(), copy / "nested" / "deeper", resume=resume,
+                              progress=False)
+    assert file_tree(copy) == before and not (copy / "nested").exists()
 
 
 # ------------------------------------------------------------------ S1: resuming a spent budget
@@ -96,13 +85,14 @@ def test_a_run_directory_inside_a_checkpoint_is_refused(checkpoint_dir, tmp_path
 @pytest.mark.parametrize("budget", [{"max_steps": 3}, {"time_limit_min": 1e-9}],
                          ids=["max_steps", "time_limit"])
 def test_resuming_a_run_whose_budget_is_spent_trains_nothing(tmp_path, budget, capsys):
-    cfg = _cfg(train_limit=192, epochs=3, bleu_every=1, keep_last=2, average_last=2, **budget)
+    cfg = tiny_config(train_limit=192, epochs=3, bleu_every=1, keep_last=2, average_last=2,
+                      **budget)
     first = translation.train(cfg, tmp_path / "run", progress=False)
     assert not first["complete"]
     assert {"last", "best"} <= {p.name for p in (tmp_path / "run").iterdir()}
 
     def saved() -> dict[str, str]:  # provenance.json records each resume: not the run's data
-        return {k: v for k, v in _tree(tmp_path / "run").items() if k != "provenance.json"}
+        return {k: v for k, v in file_tree(tmp_path / "run").items() if k != "provenance.json"}
 
     before = saved()
     for _ in range(2):
@@ -119,7 +109,7 @@ def test_resuming_a_run_whose_budget_is_spent_trains_nothing(tmp_path, budget, c
                                                ({"accum": 1000}, "accum = 1000")])
 def test_a_run_that_can_make_no_optimizer_step_is_an_error(tmp_path, change, named):
     with pytest.raises(ValueError, match=named):
-        translation.train(_cfg(**change), tmp_path / "run", progress=False)
+        translation.train(tiny_config(**change), tmp_path / "run", progress=False)
     assert not {"last", "best", "averaged", "history.json"} & {
         p.name for p in (tmp_path / "run").iterdir()}
 
@@ -128,7 +118,7 @@ def test_a_run_that_can_make_no_optimizer_step_is_an_error(tmp_path, change, nam
 
 
 def test_learned_positions_too_few_for_the_training_data_fail_before_training(tmp_path):
-    cfg = _cfg(positional="learned", max_positions=16, drop_longer_than=50)
+    cfg = tiny_config(positional="learned", max_positions=16, drop_longer_than=50)
     with pytest.raises(ValueError, match=r"max_positions = 16 .* training data.*"
                                          r"drop_longer_than to 15"):
         translation.train(cfg, tmp_path / "run", progress=False)
@@ -137,7 +127,7 @@ def test_learned_positions_too_few_for_the_training_data_fail_before_training(tm
 
 def test_learned_positions_too_few_for_the_validation_data_fail_before_training(tmp_path):
     # training pairs are cut to 15 subwords (16 positions), validation keeps its long ones
-    cfg = _cfg(positional="learned", max_positions=16, drop_longer_than=15)
+    cfg = tiny_config(positional="learned", max_positions=16, drop_longer_than=15)
     with pytest.raises(ValueError, match=r"max_positions = 16 .* validation data"):
         translation.train(cfg, tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "last").exists()
@@ -149,16 +139,16 @@ def test_learned_positions_too_few_for_the_validation_data_fail_before_training(
 def test_a_directory_left_by_a_run_that_failed_at_its_start_takes_a_new_run(tmp_path):
     run = tmp_path / "run"
     with pytest.raises(FileNotFoundError, match="Multi30k"):
-        translation.train(_cfg(data_dir=str(tmp_path / "nonexistent")), run, progress=False)
+        translation.train(tiny_config(data_dir=str(tmp_path / "nonexistent")), run, progress=False)
     # later failures leave the tokenizer too
     with pytest.raises(ValueError, match="max_positions"):
-        translation.train(_cfg(positional="learned", max_positions=8), run, progress=False)
+        translation.train(tiny_config(positional="learned", max_positions=8), run, progress=False)
     assert {p.name for p in run.iterdir()} >= {"config.json", "provenance.json", "tokenizer.json"}
     # resume stays refused (there is no state to continue), saying what to do instead
     with pytest.raises(FileNotFoundError, match=r"stopped before its first checkpoint.*"
                                                 r"new run there without resume"):
-        rundir.check_run_dir(_cfg(), run, resume=True)
-    translation.train(_cfg(), run, progress=False)
+        rundir.check_run_dir(tiny_config(), run, resume=True)
+    translation.train(tiny_config(), run, progress=False)
     assert json.loads((run / "config.json").read_text())["max_positions"] == 5000
     assert (run / "last" / "manifest.json").is_file()
 
@@ -166,16 +156,16 @@ def test_a_directory_left_by_a_run_that_failed_at_its_start_takes_a_new_run(tmp_
 def test_a_users_own_config_json_is_still_not_taken_for_a_failed_start(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    mine = {**dataclasses.asdict(_cfg()), "mine": True}  # a run's keys, and one more
+    mine = {**dataclasses.asdict(tiny_config()), "mine": True}  # a run's keys, and one more
     for config in ({"mine": True}, mine):
         (run / "config.json").write_text(json.dumps(config))
         (run / "provenance.json").write_text('{"commit": "abc"}')
         with pytest.raises(FileExistsError, match="not empty"):
-            rundir.check_run_dir(_cfg(), run, resume=False)
-    (run / "config.json").write_text(json.dumps(dataclasses.asdict(_cfg())))  # a run's own
+            rundir.check_run_dir(tiny_config(), run, resume=False)
+    (run / "config.json").write_text(json.dumps(dataclasses.asdict(tiny_config())))  # a run's own
     (run / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not empty"):
-        rundir.check_run_dir(_cfg(), run, resume=False)
+        rundir.check_run_dir(tiny_config(), run, resume=False)
 
 
 # ------------------------------------------------------------------ U3: config files
@@ -227,7 +217,7 @@ def test_a_refused_run_still_leaves_the_process_group(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "history.json").write_text("[]")
     with pytest.raises(FileExistsError, match="already holds a run"):
-        translation.train(_cfg(), tmp_path / "run", progress=False)
+        translation.train(tiny_config(), tmp_path / "run", progress=False)
     assert left == [False]  # no barrier: the other processes may have stopped elsewhere
 
 
@@ -237,7 +227,7 @@ def test_a_refused_run_still_leaves_the_process_group(tmp_path, monkeypatch):
 def test_a_run_that_computes_no_bleu_says_it_wrote_no_best(tmp_path, capsys):
     # bleu_every = 0 or > epochs is a deliberate "no BLEU" (bench/fast_setting_quality.py uses
     # 10_000): allowed, but `evaluate --checkpoint RUN/best` would later say only "not found"
-    translation.train(_cfg(bleu_every=5), tmp_path / "run", progress=False)
+    translation.train(tiny_config(bleu_every=5), tmp_path / "run", progress=False)
     err = capsys.readouterr().err
     assert "bleu_every = 5, epochs = 1" in err and "best was not written" in err
     assert not (tmp_path / "run" / "best").exists()

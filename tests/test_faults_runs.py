@@ -6,7 +6,6 @@ d_model = 32): seconds each; the other tests build their directories by hand.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import threading
@@ -15,33 +14,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tools import file_tree, tiny_config
 from torch import nn
 
 from transformer_lib import translation
 from transformer_lib.translation import loop, rundir
 from transformer_lib.translation.checkpoint import load_checkpoint, save_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "tiny.toml"
-FAST = dict(train_limit=64, val_limit=8, epochs=1, save_every=2, max_tokens=256, bleu_every=0,
-            average_last=0, keep_last=1)
-
-
-def _cfg(**kw) -> translation.Config:
-    return translation.load_config(TINY, **{**FAST, **kw})
-
-
-def _tree(folder: Path) -> dict[str, str]:
-    """Every file under `folder` (relative name -> SHA-256): to show nothing was written."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
-
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """A complete one-epoch run: last/, epoch_001/, history.json, config.json (no best/)."""
     run = tmp_path_factory.mktemp("done") / "run"
-    translation.train(_cfg(), run, progress=False)
+    translation.train(tiny_config(), run, progress=False)
     return run
 
 
@@ -51,10 +36,10 @@ def finished_run(tmp_path_factory):
 def test_a_new_run_into_a_checkpoint_directory_is_refused_and_leaves_it_intact(checkpoint_dir,
                                                                                tmp_path):
     copy = shutil.copytree(checkpoint_dir, tmp_path / "best")
-    before = _tree(copy)
+    before = file_tree(copy)
     with pytest.raises(FileExistsError, match=r"checkpoint.*manifest\.json.*another"):
-        translation.train(_cfg(), copy, progress=False)
-    assert _tree(copy) == before
+        translation.train(tiny_config(), copy, progress=False)
+    assert file_tree(copy) == before
     load_checkpoint(copy)  # still passes its own manifest check
 
 
@@ -64,16 +49,16 @@ def test_a_new_run_into_a_directory_holding_files_is_refused_naming_them(tmp_pat
     run.mkdir()
     for name in files:
         (run / name).mkdir() if "." not in name else (run / name).write_text("mine")
-    before = _tree(run)
+    before = file_tree(run)
     with pytest.raises(FileExistsError, match="not empty.*" + ".*".join(sorted(files))):
-        rundir.check_run_dir(_cfg(), run, resume=False)
-    assert _tree(run) == before
+        rundir.check_run_dir(tiny_config(), run, resume=False)
+    assert file_tree(run) == before
 
 
 def test_a_new_run_may_use_an_empty_or_missing_directory(tmp_path):
     (tmp_path / "empty").mkdir()
-    rundir.check_run_dir(_cfg(), tmp_path / "empty", resume=False)
-    rundir.check_run_dir(_cfg(), tmp_path / "missing", resume=False)
+    rundir.check_run_dir(tiny_config(), tmp_path / "empty", resume=False)
+    rundir.check_run_dir(tiny_config(), tmp_path / "missing", resume=False)
 
 
 # ------------------------------------------------------------------ 2. resume needs RUN/last
@@ -82,28 +67,28 @@ def test_a_new_run_may_use_an_empty_or_missing_directory(tmp_path):
 def test_resume_without_last_is_refused_and_writes_nothing(finished_run, tmp_path):
     run = shutil.copytree(finished_run, tmp_path / "run")
     shutil.rmtree(run / "last")
-    before = _tree(run)
+    before = file_tree(run)
     with pytest.raises(FileNotFoundError, match=r"last is missing.*another directory"):
-        translation.train(_cfg(), run, resume=True, progress=False)
-    assert _tree(run) == before
+        translation.train(tiny_config(), run, resume=True, progress=False)
+    assert file_tree(run) == before
     # a changed config is not what the error is about: there is nothing to compare it with
     with pytest.raises(FileNotFoundError, match=r"last is missing"):
-        translation.train(_cfg(d_model=64), run, resume=True, progress=False)
-    assert _tree(run) == before
+        translation.train(tiny_config(d_model=64), run, resume=True, progress=False)
+    assert file_tree(run) == before
 
 
 def test_resume_of_an_empty_directory_or_a_checkpoint_is_refused(checkpoint_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"nothing to resume.*without resume"):
-        rundir.check_run_dir(_cfg(), tmp_path / "empty", resume=True)
+        rundir.check_run_dir(tiny_config(), tmp_path / "empty", resume=True)
     with pytest.raises(FileNotFoundError, match=r"is a checkpoint, not a run directory"):
-        rundir.check_run_dir(_cfg(), checkpoint_dir, resume=True)
+        rundir.check_run_dir(tiny_config(), checkpoint_dir, resume=True)
 
 
 def test_resume_still_checks_the_config_of_last(finished_run, tmp_path):
     run = shutil.copytree(finished_run, tmp_path / "run")
     with pytest.raises(ValueError, match=r"d_model: 32 in the run, 64 now"):
-        rundir.check_run_dir(_cfg(d_model=64), run, resume=True)
+        rundir.check_run_dir(tiny_config(d_model=64), run, resume=True)
 
 
 def test_history_and_config_are_replaced_whole_never_rewritten_in_place(finished_run, tmp_path):
@@ -113,7 +98,7 @@ def test_history_and_config_are_replaced_whole_never_rewritten_in_place(finished
     old = {name: (run / name).read_text() for name in ("history.json", "config.json")}
     opened = {name: open(run / name, encoding="utf-8") for name in old}  # noqa: SIM115
     try:
-        translation.train(_cfg(epochs=2), run, resume=True, progress=False)
+        translation.train(tiny_config(epochs=2), run, resume=True, progress=False)
         assert {name: f.read() for name, f in opened.items()} == old
     finally:
         for f in opened.values():

@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 
+from transformer_lib.translation.cli import positive_int
 from transformer_lib.translation.provenance import provenance, read_provenance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,18 +134,6 @@ def shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def positive(text: str) -> int:
-    """An integer >= 1 (an argparse type): 0 steps, warm-up or threads mean nothing useful, and
-    a negative one used to surface as a traceback from the trainer or torch."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
-
-
 def row_config(overrides: dict[str, Any], steps: int | None = None, warmup: int | None = None,
                budget: str = "short"):
     """The chapter-8 config with the budget and one row's changes applied (None: the budget's
@@ -224,14 +213,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", choices=("short", "long"), default="short",
                     help="short: 300 steps, every row; long: 1,600 steps, LONG_ROWS")
-    ap.add_argument("--steps", type=positive,
+    # counts >= 1: 0 means nothing to do, and a negative count would fail deep in the trainer
+    ap.add_argument("--steps", type=positive_int,
                     help="optimizer steps per row (default: the budget's)")
-    ap.add_argument("--warmup", type=positive, help="warm-up steps (default: the budget's)")
+    ap.add_argument("--warmup", type=positive_int, help="warm-up steps (default: the budget's)")
     # nargs="+": `--rows $ROWS` with ROWS unset must not mean "every row" (hours of training)
     ap.add_argument("--rows", nargs="+", metavar="ROW", help="only these rows (default: all)")
     ap.add_argument("--shard", default=(0, 1), type=shard,
                     help="i/n: run rows i, i+n, i+2n, ... (0 <= i < n)")
-    ap.add_argument("--threads", type=positive, help="torch threads per process")
+    ap.add_argument("--threads", type=positive_int, help="torch threads per process")
     ap.add_argument("--progress", action="store_true", help="show a progress bar per row")
     ap.add_argument("--collect", action="store_true", help="merge finished rows into the results")
     ap.add_argument("--allow-missing", action="store_true",

@@ -35,7 +35,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["main", "positive_int"]
 
 # evaluate --src/--ref: the most text (after gunzip) a file may hold. The files are held in
 # memory while their lines are translated, and a 10 MB gzip file can unpack to 10 GB.
@@ -51,7 +51,8 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)  # one line from main(), not argparse's usage block
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An integer >= 1, as an argparse type (the CLI's counts and tools/ablations.py's)."""
     try:
         value = int(text)
     except ValueError:
@@ -126,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
                         "and decoding settings may change)")
     t.add_argument("--data-dir", type=_named_path,
                    help="Multi30k directory (default: see transformer_lib.translation.data)")
-    t.add_argument("--epochs", type=_positive_int, help="override the config's epochs")
+    t.add_argument("--epochs", type=positive_int, help="override the config's epochs")
     t.add_argument("--precision", choices=_PRECISIONS,
                    help="override the config's precision (auto: bf16 where this machine has it "
                         "natively, else fp32)")
@@ -149,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
                                "config's length_penalty; larger favours longer translations)")
     decoding.add_argument("--precision", choices=_PRECISIONS, default="auto",
                           help=_INFER_PRECISION)
-    decoding.add_argument("--max-input-len", type=_positive_int, default=256,
+    decoding.add_argument("--max-input-len", type=positive_int, default=256,
                           help="refuse source lines of more subwords (default 256): translate "
                                "reports the line, evaluate stops before decoding anything")
 
@@ -161,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--ref", help="the reference translations of --src, line by line")
     e.add_argument("--data-dir", type=_named_path,
                    help="Multi30k directory (default: see transformer_lib.translation.data)")
-    e.add_argument("--limit", type=_positive_int, help="only the first n sentences")
+    e.add_argument("--limit", type=positive_int, help="only the first n sentences")
     e.add_argument("--output", help="write the JSON result (with hypotheses) here")
 
     tr = sub.add_parser("translate", help="translate stdin lines to stdout", parents=[decoding])
