@@ -37,3 +37,23 @@ def file_tree(folder: Path) -> dict[str, str]:
     """Every file under `folder` (relative name -> SHA-256): to show nothing was written."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def checkpoint_with_config(checkpoint: Path, dest: Path, **changes: Any) -> Path:
+    """A copy of `checkpoint` whose config.json says `changes`, its manifest entry re-sealed
+    (size and SHA-256) to match: a config the trainer could have written."""
+    import json
+    import shutil
+
+    copy = shutil.copytree(checkpoint, dest)
+    config = json.loads((copy / "config.json").read_text())
+    config.update(changes)
+    (copy / "config.json").write_text(json.dumps(config))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"]["config.json"] = {
+        **manifest["files"]["config.json"],
+        "sha256": hashlib.sha256((copy / "config.json").read_bytes()).hexdigest(),
+        "bytes": (copy / "config.json").stat().st_size,
+    }
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy

@@ -621,3 +621,11 @@ def test_collate_layout_and_device():
     assert src.device.type == tgt.device.type == "meta" and tuple(src.shape) == (1, 4)
     with pytest.raises(ValueError, match="indices must name at least one example"):
         data.collate(examples, [])
+
+
+@pytest.mark.parametrize("indices, bad", [([-1], -1), ([0, 2], 2), ([1, -2], -2)])
+def test_collate_refuses_an_index_outside_the_examples(indices, bad):
+    """-1 took the last example, silently (the second probe's C14)."""
+    examples = [([5, 6, 7], [8]), ([9], [10, 11, 12, 13])]
+    with pytest.raises(ValueError, match=rf"indices must be in \[0, 2\), got {bad}$"):
+        data.collate(examples, indices)

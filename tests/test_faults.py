@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _tools import TINY, tiny_config
+from _tools import TINY, checkpoint_with_config, tiny_config
 
 from transformer_lib import translation
 from transformer_lib.model import make_model
@@ -243,14 +243,8 @@ def test_resumed_epoch_loss_covers_the_whole_epoch(interrupted_run, tmp_path):
 
 
 def test_a_crafted_config_cannot_force_a_huge_allocation(checkpoint_dir, tmp_path, monkeypatch):
-    copy = shutil.copytree(checkpoint_dir, tmp_path / "c")
-    config = json.loads((copy / "config.json").read_text())
-    config.update(d_model=65536, d_ff=1 << 20, N=12, h=1)
-    (copy / "config.json").write_text(json.dumps(config))
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["files"]["config.json"]["sha256"] = sha256_file(copy / "config.json")
-    manifest["files"]["config.json"]["bytes"] = (copy / "config.json").stat().st_size
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    copy = checkpoint_with_config(checkpoint_dir, tmp_path / "c", d_model=65536, d_ff=1 << 20,
+                                  N=12, h=1)
 
     def no_build(**kw):
         raise AssertionError("the model was built")

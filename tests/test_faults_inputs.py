@@ -15,7 +15,6 @@ import io
 import json
 import os
 import select
-import shutil
 import subprocess
 import sys
 import threading
@@ -25,11 +24,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tools import checkpoint_with_config
 
 from transformer_lib import translation
 from transformer_lib.model import count_parameters, make_model
 from transformer_lib.translation import cli, data, inference
-from transformer_lib.translation._fileio import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.toml"
@@ -54,19 +53,6 @@ class _Watched:
         return getattr(self._tok, name)
 
 
-def _with_config(checkpoint: Path, dest: Path, **changes) -> Path:
-    """A copy of `checkpoint` whose config.json says `changes`, its manifest updated to match."""
-    copy = shutil.copytree(checkpoint, dest)
-    config = json.loads((copy / "config.json").read_text())
-    config.update(changes)
-    (copy / "config.json").write_text(json.dumps(config))
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["files"]["config.json"]["sha256"] = sha256_file(copy / "config.json")
-    manifest["files"]["config.json"]["bytes"] = (copy / "config.json").stat().st_size
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    return copy
-
-
 def _error_lines(capsys) -> list[str]:
     return capsys.readouterr().err.strip().splitlines()
 
@@ -76,7 +62,8 @@ def _error_lines(capsys) -> list[str]:
 
 def test_a_crafted_position_table_is_refused_before_anything_is_allocated(
         checkpoint_dir, tmp_path, monkeypatch):
-    copy = _with_config(checkpoint_dir, tmp_path / "c", max_positions=10**8)  # ~100 GB table
+    # a table of ~100 GB
+    copy = checkpoint_with_config(checkpoint_dir, tmp_path / "c", max_positions=10**8)
 
     def no_build(**kw):
         raise AssertionError("the model was built")
@@ -309,7 +296,7 @@ def test_decoding_lengths_are_bounded(checkpoint_dir, tmp_path, monkeypatch):
         translation.Config(max_len_b=10**9)
     with pytest.raises(ValueError, match="max_len_a"):
         translation.Config(max_len_a=1e6)
-    crafted = _with_config(checkpoint_dir, tmp_path / "c", max_len_b=10**9)
+    crafted = checkpoint_with_config(checkpoint_dir, tmp_path / "c", max_len_b=10**9)
     with pytest.raises(ValueError, match="max_len_b"):
         translation.translate(crafted, ["Ein Hund."], device=CPU)
 

@@ -14,7 +14,7 @@ import gzip
 from pathlib import Path
 
 import pytest
-from _tools import load_tool
+from _tools import checkpoint_with_config, load_tool
 
 from transformer_lib.translation import cli, inference
 
@@ -162,30 +162,13 @@ def test_a_crafted_train_state_is_refused_naming_the_checkpoint(change, message)
         _saved_state({k: v for k, v in saved.items() if k != "step"}, Path("run/last"))
 
 
-def _greedy_checkpoint(checkpoint_dir: Path, dest: Path) -> Path:
-    """A copy of `checkpoint_dir` whose config decodes greedily (beam_size 1)."""
-    import json
-    import shutil
-
-    from transformer_lib.translation._fileio import sha256_file
-
-    copy = shutil.copytree(checkpoint_dir, dest)
-    config = json.loads((copy / "config.json").read_text())
-    (copy / "config.json").write_text(json.dumps({**config, "beam_size": 1}))
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["files"]["config.json"]["sha256"] = sha256_file(copy / "config.json")
-    manifest["files"]["config.json"]["bytes"] = (copy / "config.json").stat().st_size
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    return copy
-
-
 def test_a_length_penalty_is_not_ignored_when_the_config_decodes_greedily(
         checkpoint_dir, tmp_path, capsys, monkeypatch):
     # --beam 1 --length-penalty was refused, but a config's beam_size 1 ignored it silently
     import io
     import sys
 
-    greedy = _greedy_checkpoint(checkpoint_dir, tmp_path / "greedy")
+    greedy = checkpoint_with_config(checkpoint_dir, tmp_path / "greedy", beam_size=1)
     monkeypatch.setattr(sys, "stdin", io.StringIO("Ein Hund.\n"))
     assert cli.main(["translate", "--checkpoint", str(greedy), "--length-penalty", "1.5"]) == 2
     assert "--length-penalty applies to beam search" in capsys.readouterr().err

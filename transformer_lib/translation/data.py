@@ -541,6 +541,9 @@ def collate(
     """
     if len(indices) == 0:
         raise ValueError("indices must name at least one example, got an empty batch")
+    bad = [i for i in indices if not 0 <= i < len(examples)]  # -1 would be the last, silently
+    if bad:
+        raise ValueError(f"indices must be in [0, {len(examples)}), got {bad[0]!r}")
     src_rows = [list(examples[i][0]) + [EOS] for i in indices]
     tgt_rows = [[BOS] + list(examples[i][1]) + [EOS] for i in indices]
     s_len, t_len = max(map(len, src_rows)), max(map(len, tgt_rows))

@@ -10,7 +10,9 @@ with chapter 6's ``real_token_loss``.
 
 from __future__ import annotations
 
+import os
 import time
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from transformer_lib.translation.data import (
     BOS,
     EOS,
     PAD,
+    _file_names,
     collate,
     decode_ids,
     encode_text,
@@ -166,19 +169,43 @@ def _check_decoding(beam_size: Any, alpha: Any, max_len_a: Any, max_len_b: Any,
     _check_int("max_len_b", max_len_b, most=MAX_LEN_B)
 
 
+def _check_penalty_applies(beam_size: int, length_penalty: float | None) -> None:
+    """ValueError for a length penalty given with beam size 1: greedy would ignore it."""
+    if beam_size == 1 and length_penalty is not None:
+        raise ValueError(f"length_penalty {length_penalty} applies to beam search, but the beam "
+                         "size is 1 (greedy decoding): give a beam size of 2 or more")
+
+
+def visible_text(sentence: str) -> str:
+    """`sentence` as the training text was written: without the characters a reader cannot
+    see (zero-width spaces, soft hyphens, byte order marks, control characters) and with one
+    space for each run of whitespace (tabs, no-break and ideographic spaces, line breaks).
+
+    The tokenizer works on bytes, so an invisible character would otherwise become subwords
+    the model has never seen beside a sentence: "\u200bA man." would translate differently
+    from "A man.", and an invisible sentence into invented text instead of "".
+    """
+    if not sentence.isprintable():  # only Cc, Cf, Z* other than " " and unassigned fail
+        sentence = "".join(ch for ch in sentence if ch.isspace()
+                           or unicodedata.category(ch) not in ("Cc", "Cf"))
+    return " ".join(sentence.split())
+
+
 def _encode_sources(
     tok: Any, sentences: Sequence[str], limit: int | None,
     on_too_long: Callable[[int, str, int], None] | None,
 ) -> tuple[list[list[int]], list[int]]:
-    """Each sentence's ids + EOS ([] when refused), and the indices of those within `limit`."""
+    """Each sentence's ids + EOS ([] when refused), and the indices of those within `limit`
+    that hold something to translate (a sentence of nothing visible translates to "")."""
     chars = None if limit is None else source_character_limit(tok, limit)
     encoded: list[list[int]] = []
     keep: list[int] = []
     for i, s in enumerate(sentences):
-        ids = encode_text(tok, s) if chars is None or len(s) <= chars else None
+        ids = encode_text(tok, visible_text(s)) if chars is None or len(s) <= chars else None
         if ids is not None and (limit is None or len(ids) - 1 <= limit):
             encoded.append(ids)
-            keep.append(i)
+            if len(ids) > 1:  # more than EOS
+                keep.append(i)
             continue
         encoded.append([])
         length = f"{len(s):,} characters" if ids is None else f"{len(ids) - 1} subwords"
@@ -207,8 +234,8 @@ def translate_sentences(
 
     Args:
         model, tok: from ``load_model`` (the model's device is used).
-        sentences: untokenized source sentences (a list, not one str); an empty or blank one
-            translates to "".
+        sentences: untokenized source sentences (a list, not one str), read as
+            ``visible_text`` reads them; one with nothing visible translates to "".
         beam_size: 1 for greedy decoding, at most ``MAX_BEAM`` (64) and the vocabulary size.
             length_penalty: beam search's alpha, at most ``MAX_LENGTH_PENALTY`` (10).
         max_len_a, max_len_b: a translation has at most ``a * source length + b`` subwords
@@ -233,13 +260,10 @@ def translate_sentences(
     _check_decoding(beam_size, length_penalty, max_len_a, max_len_b, tok.get_vocab_size())
     _check_int("batch_size", batch_size)
     _check_int("max_input_len", max_input_len, optional=True)
-    # a list first: a generator checked by iterating it would then translate nothing, and a
-    # byte order mark (a UTF-8 file's first line, from Notepad) is no part of a sentence
+    # a list first: a generator checked by iterating it would then translate nothing
     sentences = _check_sentences(sentences)
-    sentences = [s.removeprefix("\ufeff") for s in sentences]
     limit = source_length_limit(model, max_input_len)
     encoded, keep = _encode_sources(tok, sentences, limit, on_too_long)  # ids + EOS
-    keep = [i for i in keep if sentences[i].strip()]  # nothing to translate: "", not "A man."
     was_training = model.training
     model.eval()
     out: list[str] = [""] * len(sentences)
@@ -350,6 +374,7 @@ def translate(
     model, tok, cfg = load_model(checkpoint, device)
     model = quantize_int8(model) if int8 else model
     beam_size = cfg.beam_size if beam_size is None else beam_size
+    _check_penalty_applies(beam_size, length_penalty)
     return translate_sentences(model, tok, sentences, beam_size=beam_size,
                                max_input_len=max_input_len, precision=precision,
                                on_too_long=on_too_long, **cfg.decode_kwargs(length_penalty))
@@ -412,9 +437,7 @@ def translate_and_score(
     if len(pairs) == 0:
         raise ValueError("pairs is empty: there is nothing to score")
     beam_size = cfg.beam_size if beam_size is None else beam_size
-    if beam_size == 1 and length_penalty is not None:  # greedy would ignore it, silently
-        raise ValueError(f"length_penalty {length_penalty} applies to beam search, but the beam "
-                         "size is 1 (greedy decoding): give a beam size of 2 or more")
+    _check_penalty_applies(beam_size, length_penalty)
     kwargs = cfg.decode_kwargs(length_penalty)
     device = _device_of(model)
     used = resolve_precision(precision, device)
@@ -456,7 +479,8 @@ def evaluate(
     ``length_penalty`` (beam search's alpha). `limit`: the first n pairs. `precision`: as in
     ``translate_sentences`` (not the checkpoint's); the result names the one that ran.
     `max_input_len`: a source of more subwords is an error, as in ``translate`` (Multi30k's
-    longest has far fewer); None: no limit.
+    longest has far fewer); None: no limit. `data_dir` None: ``$MULTI30K_DIR``, else the
+    folder the checkpoint trained from if it holds the split, else the cache.
     """
     if beam_size is not None:  # the config's was checked when it was read
         _check_int("beam_size", beam_size, most=MAX_BEAM)
@@ -465,12 +489,29 @@ def evaluate(
     device = device or default_device()
     resolve_precision(precision, device)  # a bad value fails before the model loads
     model, tok, cfg = load_model(checkpoint, device)
-    pairs = load_multi30k(split, data_dir or cfg.data_dir, cfg.src_lang, cfg.tgt_lang,
-                          limit=limit)
+    folder = _evaluation_data_dir(data_dir, cfg, split)
+    pairs = load_multi30k(split, folder, cfg.src_lang, cfg.tgt_lang, limit=limit)
+
+    def too_long(i: int, length: str, most: int) -> None:  # a score without it is no score
+        raise ValueError(f"the {split} split's sentence {i + 1} has {length}, too many for "
+                         f"max_input_len={most}")
+
     scored = translate_and_score(model, tok, cfg, pairs, beam_size=beam_size,
                                  length_penalty=length_penalty, precision=precision,
-                                 max_input_len=max_input_len)
+                                 max_input_len=max_input_len, on_too_long=too_long)
     return {"split": split, **scored}
+
+
+def _evaluation_data_dir(data_dir: str | None, cfg: Config, split: str) -> str | None:
+    """Where ``evaluate`` reads Multi30k: the caller's `data_dir`; else ``$MULTI30K_DIR``
+    (None: ``load_multi30k`` reads it); else the training config's folder if it holds the
+    split (a checkpoint may come from another machine); else None, the cache. Every copy is
+    checked against the same SHA-256 sums, so the folder cannot change the score."""
+    if data_dir is not None or os.environ.get("MULTI30K_DIR") or cfg.data_dir is None:
+        return data_dir
+    folder = Path(cfg.data_dir).expanduser()
+    names = [_file_names(split, lang) for lang in (cfg.src_lang, cfg.tgt_lang)]
+    return cfg.data_dir if all((folder / n).is_file() for n in names) else None
 
 
 @torch.no_grad()
@@ -527,13 +568,11 @@ def attention_maps(
     """
     _check_decoding(1, 0.0, max_len_a, max_len_b, tok.get_vocab_size())
     device = _device_of(model)
-    src_ids = encode_text(tok, sentence)  # ids + EOS
+    src_ids = encode_text(tok, visible_text(sentence))  # ids + EOS
     src = torch.tensor([src_ids], device=device)
     src_mask = (src != PAD).unsqueeze(-2)
-    out_len = max(2, int(max_len_a * len(src_ids) + max_len_b))
-    cap = _output_limit(model)
-    out = greedy_decode(model, src, src_mask, min(out_len, cap) if cap else out_len, BOS, EOS)
-    out = out[0].tolist()
+    out_len = _out_len(len(src_ids), max_len_a, max_len_b, _output_limit(model))
+    out = greedy_decode(model, src, src_mask, out_len, BOS, EOS)[0].tolist()
     if EOS in out:
         out = out[: out.index(EOS) + 1]
     tgt = torch.tensor([out[:-1] if out[-1] == EOS else out], device=device)  # decoder input

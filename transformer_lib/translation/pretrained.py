@@ -55,7 +55,8 @@ def load_pretrained(
 
     The weights are stored in bfloat16 and loaded into a float32 model (chapter 8 measures
     that this does not move BLEU). Every file of the folder, ``MODEL_CARD.md`` too, is checked
-    against the manifest first: a changed file, or one the manifest does not list, is refused.
+    against the manifest first: a changed file, or one the manifest does not list, is refused
+    (a file manager's ``.DS_Store`` or ``Thumbs.db`` is not counted).
     `device`: where the model goes (default: CUDA if available, else the CPU; a device this
     machine does not have is a ValueError naming it). The config's ``precision`` is the one it
     was trained in; ``translate_sentences`` runs "auto" (bf16 only where the device has it
@@ -65,8 +66,16 @@ def load_pretrained(
     path = pretrained_path(name)
     listed = _read_manifest(path)["files"]  # checked: a mapping of file names
     unlisted = sorted(p.name for p in path.iterdir()
-                      if p.name != "manifest.json" and p.name not in listed)
+                      if p.name != "manifest.json" and p.name not in listed
+                      and not _os_metadata(p.name))
     if unlisted:
         raise ValueError(f"the shipped model {path} holds files that are not in its manifest: "
                          f"{unlisted}; reinstall transformer_lib")
     return load_model(path, device)
+
+
+def _os_metadata(name: str) -> bool:
+    """A file a file manager leaves in folders it shows (macOS Finder's ``.DS_Store`` and
+    ``._*``, Windows Explorer's ``Thumbs.db`` and ``desktop.ini``): nothing reads it, so it
+    is no sign of a changed model."""
+    return name.startswith(".") or name in ("Thumbs.db", "desktop.ini")
