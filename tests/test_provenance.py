@@ -76,15 +76,26 @@ def test_commit_and_what_counts_as_dirty(tmp_path):
 
     git("init", "-q")
     (tmp_path / "results").mkdir()
+    (tmp_path / "experiments" / "e" / "results").mkdir(parents=True)
     (tmp_path / "code.py").write_text("x = 1\n")
     (tmp_path / "results" / "r.json").write_text("{}\n")
+    records = [tmp_path / "experiments" / "a.json", tmp_path / "experiments" / "e" / "r.json",
+               tmp_path / "experiments" / "e" / "results" / "r.json"]
+    config = tmp_path / "experiments" / "e" / "config.toml"
+    for path in [*records, config]:
+        path.write_text("{}\n")
     git("add", ".")
     git("commit", "-q", "-m", "one")
     p = prov.provenance(tmp_path)
     assert p["commit"] == git("log", "-1", "--format=%H") and p["dirty"] is False
     (tmp_path / "results" / "r.json").write_text('{"new": 1}\n')  # what the tools write
+    for path in records:  # another experiment's record, not committed yet
+        path.write_text('{"new": 1}\n')
     (tmp_path / "untracked.py").write_text("y = 2\n")
     assert prov.provenance(tmp_path)["dirty"] is False
+    config.write_text("lr = 2\n")  # an experiment's config is what runs
+    assert prov.provenance(tmp_path)["dirty"] is True
+    git("checkout", "-q", "--", str(config))
     (tmp_path / "code.py").write_text("x = 2\n")  # code that runs
     assert prov.provenance(tmp_path)["dirty"] is True
 

@@ -51,7 +51,10 @@ def _commit(root: Path) -> tuple[str | None, bool | None]:
     head = _git(root, "rev-parse", "--verify", "HEAD")
     if not head:
         return None, None
-    changed = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results")
+    # Records are what the tools write, not code that runs: a benchmark run right after
+    # another (whose new results are not committed yet) measures committed code.
+    changed = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                   ":!results", ":(exclude,glob)experiments/**/*.json")
     return head, None if changed is None else bool(changed)
 
 
@@ -108,8 +111,8 @@ def provenance(root: str | Path | None = None) -> dict[str, Any]:
         commit: the full hash of the checked-out commit (``HEAD``), or None when git is
             missing or `root` is not a git checkout.
         dirty: whether tracked files differ from that commit (staged or not), not counting
-            ``results/`` (what the tools write, not code that runs) and not counting untracked
-            files; None when the commit is unknown.
+            ``results/`` and the JSON records of ``experiments/`` (what the tools write, not
+            code that runs) and not counting untracked files; None when the commit is unknown.
         machine: ``cpu_model``; ``cpu_flags``, the CPU features that decide the matmul kernels
             (see ``CPU_FLAGS``; empty where /proc/cpuinfo is missing); ``logical_cores``; ``os``;
             ``bf16_native``, whether oneDNN computes bfloat16 in hardware (elsewhere bf16
