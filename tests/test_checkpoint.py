@@ -436,6 +436,39 @@ def test_average_of_bf16_accumulates_in_float32(tmp_path):
     assert torch.equal(avg["norm.weight"], torch.full((D,), exact.item(), dtype=torch.bfloat16))
 
 
+def test_average_holds_one_checkpoint_at_a_time_besides_the_first(tmp_path, monkeypatch):
+    """Averaging read every checkpoint before summing: 20 copies of a model for
+    average_last = 20 (the second probe). Now, when a checkpoint is read, at most the first
+    and the one before it are alive, and the result is the exact mean still."""
+    import gc
+    import weakref
+
+    from transformer_lib.translation import checkpoint
+
+    paths, models = [], []
+    for i in range(5):
+        torch.manual_seed(i)
+        models.append(TiedLM())
+        paths.append(save_checkpoint(tmp_path / f"epoch_{i}", models[-1], {}))
+    alive: list[weakref.ref] = []
+    most = 0
+    real = checkpoint._model_state
+
+    def watched(*args, **kwargs):
+        nonlocal most
+        gc.collect()
+        most = max(most, sum(r() is not None for r in alive))
+        state = real(*args, **kwargs)
+        alive.append(weakref.ref(state["norm.weight"]))
+        return state
+
+    monkeypatch.setattr(checkpoint, "_model_state", watched)
+    avg = average_checkpoints(paths)
+    assert most <= 2
+    mean = torch.stack([m.state_dict()["emb.weight"] for m in models]).mean(0)
+    assert_close(avg["emb.weight"], mean)
+
+
 def test_average_errors(tmp_path):
     with pytest.raises(ValueError, match="paths must name at least one checkpoint"):
         average_checkpoints([])

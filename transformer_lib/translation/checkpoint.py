@@ -509,7 +509,9 @@ def average_checkpoints(
     "For the base models, we used a single model obtained by averaging the last 5 checkpoints."
     Sums are accumulated in float32 (float64 for float64 weights) and cast back to each
     tensor's dtype; integer buffers are taken from the last checkpoint. Tied names share one
-    tensor in the result, which loads with ``model.load_state_dict(..., strict=True)``.
+    tensor in the result, which loads with ``model.load_state_dict(..., strict=True)``. The
+    checkpoints are read one after another: memory holds about three models' weights (the
+    first, the sums and the one being added), however many paths are given.
     """
     if isinstance(paths, (str, Path)):  # a str's characters would be read as paths
         raise ValueError(f"paths must be a list of checkpoint directories, got {str(paths)!r}; "
@@ -517,31 +519,42 @@ def average_checkpoints(
     if len(paths) == 0:
         raise ValueError("paths must name at least one checkpoint, got none")
     paths = [Path(p) for p in paths]
-    states = []
-    for p in paths:  # each from one version, though a run may be replacing it
-        read = partial(_model_state, p, verify=verify, device="cpu")
-        states.append(read_one_version(p, _read_manifest, read, what=f"checkpoint {p}"))
-    first = states[0]
-    for p, s in zip(paths[1:], states[1:]):
+
+    def read(p: Path) -> dict[str, torch.Tensor]:  # one version, though a run may replace it
+        one = partial(_model_state, p, verify=verify, device="cpu")
+        return read_one_version(p, _read_manifest, one, what=f"checkpoint {p}")
+
+    # One checkpoint in memory at a time besides the first and the sums: averaging the
+    # last 20 of a large model must not hold 20 copies of it.
+    first = read(paths[0])
+    names = {}  # id of a tensor in `first` -> its first name (tied names share one tensor)
+    for name, t in first.items():
+        names.setdefault(id(t), name)
+    sums = {name: first[name].to(_sum_dtype(first[name]), copy=True)
+            for name in names.values() if first[name].is_floating_point()}
+    last = first
+    for p in paths[1:]:
+        s = read(p)
         if set(s) != set(first):
             diff = sorted(set(s) ^ set(first))
             raise ValueError(f"checkpoint {p} has different tensor names than {paths[0]}: {diff}")
         bad = [k for k in first if s[k].shape != first[k].shape]
         if bad:
             raise ValueError(f"checkpoint {p} differs in shape from {paths[0]} for {bad}")
+        for name, acc in sums.items():
+            acc += s[name].to(acc.dtype)
+        last = s
     averaged: dict[str, torch.Tensor] = {}
-    done: dict[int, torch.Tensor] = {}  # id of a tensor in `first` -> its average (tied names)
+    done: dict[int, torch.Tensor] = {}  # id of a tensor in `first` -> its average
     for name, t in first.items():
-        if id(t) in done:
-            averaged[name] = done[id(t)]
-            continue
-        if t.is_floating_point():
-            acc_dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
-            acc = torch.zeros(t.shape, dtype=acc_dtype)
-            for s in states:
-                acc += s[name].to(acc_dtype)
-            result = (acc / len(states)).to(t.dtype)
-        else:
-            result = states[-1][name].clone()
-        averaged[name] = done[id(t)] = result
+        if id(t) not in done:
+            key = names[id(t)]
+            done[id(t)] = ((sums[key] / len(paths)).to(t.dtype) if key in sums
+                           else last[name].clone())
+        averaged[name] = done[id(t)]
     return averaged
+
+
+def _sum_dtype(t: torch.Tensor) -> torch.dtype:
+    """float64 sums for float64 weights, float32 for the rest (bf16 sums would round)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
