@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -62,10 +63,18 @@ def test_the_address_is_the_one_in_config(book):
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     assert book.repo == config["repository"]["url"].rstrip("/")
     source = setup.setup_source(book, ["results/x.json"])
-    assert f'repo, ref = "{book.repo}", "{config["repository"]["branch"]}"' in source
+    assert f'repo = "{book.repo}"\n    ref = "{config["repository"]["branch"]}"\n' in source
     assert '[notebooks] @ git+{repo}@{ref}"' in source
-    owner_name = book.repo.removeprefix("https://github.com/")
-    assert f'raw = "https://raw.githubusercontent.com/{owner_name}"' in source
+    assert book.repo.count("github.com") == 1  # the cell's raw address replaces it
+
+
+def test_the_cell_fits_the_chapters_width(book):
+    """The chapters' code is read at 78 columns; a long file name is split in two literals."""
+    long = "experiments/time_to_quality/results/60min_quarter_batch_low_dropout.json"
+    source = setup.setup_source(book, ["results/x.json", long])
+    assert max(map(len, source.splitlines())) <= 78
+    listed = re.search(r"files=\[(.*?)\]", source, re.S).group(1)
+    assert eval(f"[{listed}]") == ["results/x.json", long]
 
 
 # ------------------------------------------------------------------ the tool

@@ -56,10 +56,11 @@ CELL_METADATA = {"cellView": "form", "jupyter": {"source_hidden": True}, "tags":
 
 TEMPLATE = Template("""\
 #@title Setup for Colab: installs the book's package (does nothing elsewhere)
-# $marker from _config.yml and pyproject.toml: edit those, not this.
-# In Google Colab (or with BOOK_SETUP=1) it installs the book's package and fetches the files
-# this chapter reads. In a clone of the repository, in Binder and in the book's own build it
-# does nothing: the package and the files are already there.
+# $marker from _config.yml and
+# pyproject.toml: edit those, not this. In Google Colab (or with
+# BOOK_SETUP=1) it installs the book's package and fetches the files this
+# chapter reads. In a clone of the repository, in Binder and in the book's
+# own build it does nothing: the package and the files are already there.
 import os
 import sys
 
@@ -70,33 +71,41 @@ def _setup_for_colab(files: list[str]) -> None:
     from importlib import invalidate_caches, metadata
     from pathlib import Path
 
-    repo, ref = "$repo", "$ref"
-    raw = "$raw"
+    repo = "$repo"
+    ref = "$ref"
+    # GitHub serves the repository's files from another host
+    raw = repo.replace("//github.com/", "//raw.githubusercontent.com/")
     dist, version = "$dist", "$version"
     try:
         installed = metadata.version(dist) == version
     except metadata.PackageNotFoundError:
         installed = False
     if not installed:
-        # BOOK_SETUP_REQUIREMENT: another pip requirement, e.g. a wheel built from a clone.
+        # BOOK_SETUP_REQUIREMENT: another requirement, e.g. a wheel you built
         requirement = os.environ.get(
             "BOOK_SETUP_REQUIREMENT", f"{dist}[notebooks] @ git+{repo}@{ref}"
         )
         print(f"Installing {requirement} (a minute or two)")
         pip = [sys.executable, "-m", "pip", "install", "--quiet", requirement]
-        try:  # keep the torch that is installed (Colab's): pip must not replace it
+        # keep the torch that is installed (Colab's): pip must not replace it
+        try:
             pip.append(f"torch=={metadata.version('torch')}")
-        except metadata.PackageNotFoundError:  # none: the CPU build, not PyPI's CUDA one
-            pip += ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
+        except metadata.PackageNotFoundError:  # the CPU build, not CUDA's
+            cpu = "https://download.pytorch.org/whl/cpu"
+            pip += ["--extra-index-url", cpu]
         subprocess.run(pip, check=True)
         invalidate_caches()
-    # The chapter reads ../results/... from a chapters/ folder, as in the repository.
+    # The chapter reads ../results/... from chapters/, as in the repository.
     here = Path.cwd()
-    root = here.parent if here.name == "chapters" else here / "$folder"
+    if here.name == "chapters":
+        root = here.parent
+    else:
+        root = here / "$folder"
     url = os.environ.get("BOOK_SETUP_FILES_URL", f"{raw}/{ref}")
     missing = [name for name in files if not (root / name).is_file()]
     if missing:
-        print(f"Fetching {len(missing)} file(s) of results/, configs/ and experiments/ into {root}")
+        print(f"Fetching {len(missing)} file(s) of results/, configs/ and "
+              f"experiments/ into {root}")
     for name in missing:
         with urllib.request.urlopen(f"{url}/{name}", timeout=60) as response:
             data = response.read()
@@ -111,6 +120,9 @@ def _setup_for_colab(files: list[str]) -> None:
 if "google.colab" in sys.modules or os.environ.get("BOOK_SETUP") == "1":
     _setup_for_colab(files=[$files])
 del _setup_for_colab""")
+# The chapters' code is read at 78 columns (chapters/ruff.toml); a file name too long
+# for one line of the list is written as two string literals, which Python joins.
+WIDTH = 78
 
 
 @dataclass(frozen=True)
@@ -199,11 +211,20 @@ def chapter_files(nb: dict, root: Path = ROOT) -> list[str]:
 
 def setup_source(book: Book, files: list[str]) -> str:
     """The cell's code for a chapter that reads `files`."""
-    listed = "".join(f'\n        "{f}",' for f in files) + ("\n    " if files else "")
+    listed = "".join(_listed(f) for f in files) + ("\n    " if files else "")
     return TEMPLATE.substitute(
         marker=MARKER, repo=book.repo, ref=book.ref, dist=book.dist, version=book.version,
-        raw=book.raw, folder=book.folder, files=listed,
+        folder=book.folder, files=listed,
     )  # fmt: skip
+
+
+def _listed(name: str) -> str:
+    """One entry of the cell's list of files, split after a "/" where it is too wide."""
+    line = f'\n        "{name}",'
+    if len(line) - 1 <= WIDTH or "/" not in name:
+        return line
+    head, tail = name.rsplit("/", 1)
+    return f'\n        "{head}/"\n        "{tail}",'
 
 
 def expected_cell(nb: dict, book: Book, root: Path = ROOT) -> dict:
