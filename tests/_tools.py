@@ -3,6 +3,8 @@ tiny training run of the fault tests."""
 
 import hashlib
 import importlib.util
+import json
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -42,9 +44,6 @@ def file_tree(folder: Path) -> dict[str, str]:
 def checkpoint_with_config(checkpoint: Path, dest: Path, **changes: Any) -> Path:
     """A copy of `checkpoint` whose config.json says `changes`, its manifest entry re-sealed
     (size and SHA-256) to match: a config the trainer could have written."""
-    import json
-    import shutil
-
     copy = shutil.copytree(checkpoint, dest)
     config = json.loads((copy / "config.json").read_text())
     config.update(changes)

@@ -224,7 +224,8 @@ def test_in_colab_it_installs_fetches_and_moves_into_chapters(monkeypatch, tmp_p
     assert pip[1:5] == ["-m", "pip", "install", "--quiet"]
     assert pip[5] == f"{book.dist}[notebooks] @ git+{book.repo}@{book.ref}"
     assert pip[6] == f"torch=={real_version('torch')}"  # Colab's torch stays
-    raw = book.raw + "/" + book.ref
+    owner_name = book.repo.removeprefix("https://github.com/")
+    raw = f"https://raw.githubusercontent.com/{owner_name}/{book.ref}"
     assert urls == [f"{raw}/{f}" for f in files]
     root = tmp_path / book.folder
     assert (root / "configs" / "tiny.toml").read_text() == f"from {raw}/configs/tiny.toml"

@@ -135,11 +135,6 @@ class Book:
     version: str
 
     @property
-    def raw(self) -> str:
-        """Where GitHub serves the repository's files, without the ref."""
-        return self.repo.replace("https://github.com/", "https://raw.githubusercontent.com/", 1)
-
-    @property
     def folder(self) -> str:
         """The folder the files go to in Colab (the repository's name)."""
         return self.repo.rsplit("/", 1)[1]

@@ -544,15 +544,9 @@ def average_checkpoints(
         for name, acc in sums.items():
             acc += s[name].to(acc.dtype)
         last = s
-    averaged: dict[str, torch.Tensor] = {}
-    done: dict[int, torch.Tensor] = {}  # id of a tensor in `first` -> its average
-    for name, t in first.items():
-        if id(t) not in done:
-            key = names[id(t)]
-            done[id(t)] = ((sums[key] / len(paths)).to(t.dtype) if key in sums
-                           else last[name].clone())
-        averaged[name] = done[id(t)]
-    return averaged
+    mean = {key: (sums[key] / len(paths)).to(first[key].dtype) if key in sums
+            else last[key].clone() for key in names.values()}
+    return {name: mean[names[id(t)]] for name, t in first.items()}  # tied names: one tensor
 
 
 def _sum_dtype(t: torch.Tensor) -> torch.dtype:
