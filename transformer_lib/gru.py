@@ -15,22 +15,18 @@ from transformer_lib.layers import Generator
 class GRUTranslator(nn.Module):
     """The recurrent baseline: GRU encoder-decoder with additive attention.
 
-    The model chapter 1 starts from (Bahdanau et al., 2015), with the
-    Transformer's interface, so the same trainer, loss and decoders run it:
-    ``forward(src, tgt, src_mask, tgt_mask)``, ``encode``, ``decode`` and a
-    ``generator``.
-
-    - Encoder: ``N`` bidirectional GRU layers; the two directions (d_model/2
-      each) are concatenated into one d_model-wide state per source token.
-    - Decoder: a bottom GRU reads the target prefix; its state asks chapter
-      1's ``AdditiveAttention`` for a context over the encoder states;
-      ``N - 1`` top GRU layers read [state; context]. Attention is computed
-      from the bottom layer (as in GNMT, Wu et al. 2016), so in training
-      every GRU runs over the whole sequence in one call. The decoder
-      starts from ``tanh(W · mean of the encoder states)``.
-
-    ``tgt_mask`` is accepted and ignored: a recurrent decoder only ever sees
-    the past. Defined in chapter 8.
+    Chapter 1's starting point (Bahdanau et al., 2015) behind the
+    Transformer's interface (``forward(src, tgt, src_mask, tgt_mask)``,
+    ``encode``, ``decode``, ``generator``), so the same trainer, loss and
+    decoders run it. The encoder's two directions (d_model/2 each) are
+    concatenated into one state per source token. In the decoder a bottom
+    GRU reads the target prefix and asks chapter 1's ``AdditiveAttention``
+    for a context; ``N - 1`` top GRUs read [state; context]. Attention is
+    computed from the bottom layer (as in GNMT), so in training every GRU
+    runs over the whole sequence in one call, from the start state
+    ``tanh(W · mean of the encoder states)``. ``tgt_mask`` is accepted and
+    ignored: a recurrent decoder only ever sees the past. Defined in
+    chapter 8.
 
     Args:
         vocab: joint vocabulary size (source and target).
