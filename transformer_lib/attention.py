@@ -97,7 +97,7 @@ class AdditiveAttention(nn.Module):
         k = self.U(key).unsqueeze(-3)  # (batch, 1, k_len, num_hiddens)
         # (batch, q_len, k_len)
         scores = self.v(torch.tanh(q + k)).squeeze(-1)
-        # 2) weights over the keys, 3) weighted average of the values
+        # 2) weights over the keys (masked keys get none)
         if mask is not None:
             mask = check_mask(
                 mask,
@@ -107,6 +107,7 @@ class AdditiveAttention(nn.Module):
             )
         # (batch, q_len, k_len)
         weights = self.dropout(masked_softmax(scores, mask))
+        # 3) the weighted average of the values:
         # (batch, q_len, d_v), (batch, q_len, k_len)
         return weights @ value, weights
 

@@ -50,7 +50,7 @@ def padding_mask(tokens: Tensor, pad: int) -> Tensor:
     similar length, Section 5.1), but any padded batch needs it. Defined in
     chapter 2.
     """
-    pad = _check_token_ids(tokens, pad)  # folded cell at the chapter's top
+    pad = _check_token_ids(tokens, pad)  # a clear error for bad ids or pad
     return (tokens != pad).unsqueeze(-2)  # (batch, 1, len)
 
 
@@ -66,6 +66,6 @@ def subsequent_mask(size: int, device: torch.device | str | None = None) -> Tens
     Need", Section 3.2.3 (masking in the decoder's self-attention). Defined in
     chapter 2.
     """
-    size = _check_size(size)  # folded cell at the top of the chapter
+    size = _check_size(size)  # a clear error for a bad size
     ones = torch.ones(size, size, dtype=torch.bool, device=device)
     return torch.tril(ones).unsqueeze(0)  # (1, size, size)

@@ -163,7 +163,7 @@ class MultiHeadedAttention(nn.Module):
         if self.store_attention:  # chapter 1's attention, keeping the weights
             # (batch, h, q_len, d_k), (batch, h, q_len, k_len)
             x, self.attn = attention(q, k, v, mask, self.dropout)
-        else:  # PyTorch's fused kernel (see the engineering notes below)
+        else:  # PyTorch's fused kernel (chapter 3's engineering note)
             p = self.dropout.p if self.training else 0.0
             x, self.attn = _fast_attention(q, k, v, mask, p), None
         return self.out_proj(self._merge(x))  # (batch, q_len, d_model)
