@@ -33,7 +33,7 @@ TRAIN_BENCH = [f"bench/{name}.py"
                for name in ("train_throughput", "train_models", "train_steps", "micro", "flops")]
 SHIPPED = ["transformer_lib/pretrained", "transformer_lib/decoding.py",
            "transformer_lib/translation/inference.py", "transformer_lib/translation/quantize.py",
-           "transformer_lib/translation/pretrained.py"]
+           "transformer_lib/translation/pretrained.py", "transformer_lib/translation/scoring.py"]
 TRAINER = ["transformer_lib/translation/loop.py", "transformer_lib/translation/config.py",
            "transformer_lib/translation/precision.py", "transformer_lib/translation/data.py"]
 

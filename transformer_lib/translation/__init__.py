@@ -12,6 +12,7 @@ them, which they never import. One module per purpose:
     precision    fp32, bf16 autocast, or "auto" (bf16 where the machine has it natively)
     checkpoint   checkpoints as safetensors + JSON: atomic, verified, averaged
     inference    load_model, translate_sentences, translate_and_score (BLEU), evaluate
+    scoring      corpus BLEU with sacreBLEU and its signature
     quantize     an int8 copy of a model for CPU inference (opt-in: translate --int8)
     pretrained   the German-English model that ships with the package
     cli          python -m transformer_lib {train,evaluate,translate}
@@ -63,8 +64,6 @@ from transformer_lib.translation.data import (
 )
 from transformer_lib.translation.inference import (
     attention_maps,
-    bleu,
-    bleu_signature,
     evaluate,
     load_model,
     source_length_limit,
@@ -83,6 +82,7 @@ from transformer_lib.translation.loop import (
 from transformer_lib.translation.precision import precision_note, resolve_precision
 from transformer_lib.translation.pretrained import PRETRAINED, load_pretrained, pretrained_path
 from transformer_lib.translation.quantize import quantize_int8
+from transformer_lib.translation.scoring import bleu, bleu_signature
 
 __all__ = [
     # config

@@ -103,7 +103,8 @@ def _alpha(text: str) -> float:
 # "auto": bf16 where this machine has it natively, else fp32 (precision.resolve_precision).
 _PRECISIONS = ["auto", "fp32", "bf16"]
 _INFER_PRECISION = ("autocast precision (default auto: bf16 where this machine has it natively, "
-                    "else fp32, whatever the checkpoint was trained in)")
+                    "else fp32, whatever the checkpoint was trained in); in fp32 a line's "
+                    "translation never depends on the lines decoded with it; in bf16 it rarely can")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ with chapter 6's ``real_token_loss``.
 from __future__ import annotations
 
 import os
+import re
 import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -52,6 +53,7 @@ from transformer_lib.translation.data import (
 from transformer_lib.translation.distributed import checked_device, default_device
 from transformer_lib.translation.precision import autocast, resolve_precision
 from transformer_lib.translation.quantize import int8_precision, is_int8, quantize_int8
+from transformer_lib.translation.scoring import bleu, bleu_signature
 
 __all__ = [
     "load_model",
@@ -201,6 +203,8 @@ def _encode_sources(
     encoded: list[list[int]] = []
     keep: list[int] = []
     for i, s in enumerate(sentences):
+        if chars is not None and len(s) > chars:  # a run of whitespace reads as one space
+            s = re.sub(r"\s+", " ", s).strip()  # (and visible_text gives the same text)
         ids = encode_text(tok, visible_text(s)) if chars is None or len(s) <= chars else None
         if ids is not None and (limit is None or len(ids) - 1 <= limit):
             encoded.append(ids)
@@ -244,6 +248,9 @@ def translate_sentences(
         precision: "fp32", "bf16" autocast, or "auto": bf16 where the model's device has it
             natively, else fp32 (``resolve_precision``), whatever the model was trained in.
             An int8 model (``quantize_int8``) runs in fp32 under "auto"; "bf16" is an error.
+            In fp32 a sentence's translation does not depend on the sentences batched with
+            it; in bf16 it can, rarely: bf16 rounds coarsely, and how a matrix product
+            rounds depends on the shapes of the batch.
         max_input_len: refuse a source of more subwords: decoding time grows with the square
             of the length, and a model trained on short sentences has nothing useful to say
             about one of thousands. None: no limit but a learned position table's. A source
@@ -307,8 +314,9 @@ def _decode_batch(model: nn.Module, sources: list[list[int]], *, beam_size: int,
     src = src.to(device)  # (B, S)
     src_mask = (src != PAD).unsqueeze(-2)  # (B, 1, S)
     # Each sentence's own output limit: its translation must not depend on the sentences
-    # decoded beside it. Greedy decodes to the longest and cuts each row to its own (greedy's
-    # first n tokens do not depend on the rest); beam search stops each at its own.
+    # decoded beside it (in fp32; bf16's rounding can change with the batch's shapes).
+    # Greedy decodes to the longest and cuts each row to its own (greedy's first n tokens
+    # do not depend on the rest); beam search stops each at its own.
     limits = [_out_len(len(ids), max_len_a, max_len_b, cap) for ids in sources]
     with autocast(precision, device):
         if beam_size == 1:
@@ -365,7 +373,7 @@ def translate(
     command line's ``translate`` does the same, batch by batch as stdin's lines arrive.
     """
     if int8:
-        device = torch.device("cpu" if device is None else device)
+        device = torch.device("cpu") if device is None else checked_device(device)
         if device.type != "cpu":
             raise ValueError(f"int8 translation runs on the CPU only, got device {device}")
         precision = int8_precision(precision)  # bf16 is refused before the model loads
@@ -381,33 +389,6 @@ def translate(
 
 
 # --------------------------------------------------------------------------- scoring
-
-
-def bleu(hypotheses: Sequence[str], pairs: Sequence[tuple[str, str]]) -> Any:
-    """Corpus sacreBLEU (13a tokenization, cased) of hypotheses against the pairs' targets.
-
-    Returns sacrebleu's ``BLEUScore``; ``bleu_signature()`` names the settings it used. One
-    hypothesis per pair, in order (sacreBLEU would score the shorter list alone, silently).
-    """
-    import sacrebleu
-
-    if len(hypotheses) != len(pairs):
-        raise ValueError(f"{len(hypotheses)} hypotheses for {len(pairs)} sentence pairs: "
-                         "there must be one per pair")
-    return sacrebleu.BLEU().corpus_score(list(hypotheses), [[t for _, t in pairs]])
-
-
-def bleu_signature() -> str:
-    """sacreBLEU's signature of ``bleu()``'s settings (one reference, 13a, cased, exp smoothing).
-
-    sacrebleu only knows the number of references after scoring, so the signature is read off
-    a metric with the same settings that has scored one sentence.
-    """
-    import sacrebleu
-
-    metric = sacrebleu.BLEU()
-    metric.corpus_score(["a"], [["a"]])
-    return str(metric.get_signature())
 
 
 def translate_and_score(
