@@ -35,6 +35,7 @@ class KVCache:
     def __init__(self, model: nn.Module, memory: Tensor) -> None:
         layers = model.decoder.layers
         self.src_kv = [layer.src_attn.project_kv(memory, memory) for layer in layers]
+        # one (k, v) per layer once the first target token is decoded
         self.self_kv: list[tuple[Tensor, Tensor] | None] = [None] * len(layers)
         self.length = 0  # target positions already in the cache
 
@@ -70,9 +71,8 @@ def _decoder_layer_step(
 ) -> Tensor:
     """``DecoderLayer.forward`` for the newest position, using ``cache``."""
 
-    def self_attn(
-        y: Tensor,
-    ) -> Tensor:  # y: (batch, 1, d_model), normalised under pre-norm
+    def self_attn(y: Tensor) -> Tensor:
+        # y: (batch, 1, d_model), already normalised under pre-norm
         # 1) project only the new position's key and value, append them to
         # the cache: (batch, h, t+1, d_k) each
         k, v = cache.append(l, *layer.self_attn.project_kv(y, y))
@@ -88,10 +88,11 @@ def _decoder_layer_step(
 def decode_step(model: nn.Module, cache: KVCache, tokens: Tensor, src_mask: Tensor) -> Tensor:
     """The decoder output at one new position per sentence, using ``cache``.
 
-    Equals ``model.decode(memory, src_mask, prefix, subsequent_mask(t + 1))[:,
-    -1:]`` when the prefix's first t tokens are already in the cache, at the
-    cost of one position instead of t+1. Incremental decoding of the decoder
-    of Vaswani et al. (2017), section 3.1. Defined in chapter 7.
+    Equals the last position of ``model.decode(memory, src_mask, prefix,
+    subsequent_mask(t + 1))`` when the prefix's first t tokens are already
+    in the cache, at the cost of one position instead of t+1. Incremental
+    decoding of the decoder of Vaswani et al. (2017), section 3.1. Defined
+    in chapter 7.
 
     Args:
         model: an ``EncoderDecoder`` (chapter 5), in eval mode.
@@ -178,10 +179,10 @@ def greedy_decode(
     *including* it, i.e. at most ``max_len - 1`` generated tokens. A sentence
     that emits ``end_symbol`` is finished: its later positions are filled
     with ``end_symbol``, and decoding stops as soon as every sentence is
-    finished (so the output may be shorter than
-    ``max_len``). Without an ``end_symbol`` exactly ``max_len`` tokens are
-    returned. Call ``model.eval()`` first. Auto-regressive decoding, Vaswani
-    et al. (2017), section 3. Defined in chapter 7.
+    finished (so the output may be shorter than ``max_len``). Without an
+    ``end_symbol`` exactly ``max_len`` tokens are returned. Call
+    ``model.eval()`` first. Auto-regressive decoding, Vaswani et al. (2017),
+    section 3. Defined in chapter 7.
 
     Args:
         model: an ``EncoderDecoder`` (chapter 5).
@@ -356,6 +357,7 @@ def _mark_done(
     best_alive = scores.max(dim=1).values.tolist()  # (batch,)
     for b in range(len(done)):
         if not done[b] and len(finished[b]) >= n_best:
+            # the n_best-th best score among the finished hypotheses
             nth = sorted((s for s, _ in finished[b]), reverse=True)[n_best - 1]
             best_lp = max(lp(t + 1), lp(limits[b] - 1))
             done[b] = nth >= best_alive[b] / best_lp
@@ -482,7 +484,8 @@ def beam_search(
         src_mask: (batch, 1, src_len) bool, True = may attend.
         max_len: longest hypothesis, with the start symbol and EOS; >= 1;
             one int, or one per sentence (a list or 1-D tensor), so that
-            sentences of different lengths share a batch without effect.
+            sentences of different lengths can share a batch without
+            changing any sentence's result.
         start_symbol, end_symbol: the ids that start and finish a hypothesis.
         beam_size: live hypotheses per sentence (k); >= 1.
         length_penalty: alpha of the length penalty; 0 ranks by log P.
