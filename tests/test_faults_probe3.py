@@ -69,3 +69,64 @@ def test_a_short_sentence_in_much_whitespace_is_read_not_refused(shipped):
     assert inference.translate_sentences(model, tok, [padded], precision="fp32") == alone
     with pytest.raises(ValueError, match=r"sentences\[0\] has [\d,]+ characters"):
         inference.translate_sentences(model, tok, ["Hund " * 20_000], precision="fp32")
+
+
+# ------------------------------------------------------------------ P4, P5: GQA and RoPE shapes
+
+
+@pytest.fixture(params=["gqa", "rope"])
+def variant(request):
+    from transformer_lib.attention_variants import GroupedQueryAttention, RotaryAttention
+
+    cls = GroupedQueryAttention if request.param == "gqa" else RotaryAttention
+    torch.manual_seed(0)
+    return cls(4, 16, 2).eval()
+
+
+def test_key_and_value_of_different_lengths_are_refused(variant):
+    q, k = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match=r"key and value must have the same \(batch, len\)"):
+        variant(q, k, torch.randn(2, 7, 16))
+    with pytest.raises(ValueError, match=r"key and value must have the same \(batch, len\)"):
+        variant(q, k, torch.randn(1, 5, 16))
+
+
+def test_a_query_batch_that_would_broadcast_is_refused(variant):
+    k = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match="query must have the keys' batch of 2 sentences"):
+        variant(k[:1], k, k)
+
+
+def test_a_mask_for_another_batch_is_named(variant):
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 5, 5\) is not broadcastable"):
+        variant(x, x, x, torch.ones(3, 5, 5, dtype=torch.bool))
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()  # one mask for every sentence: fine
+    per_head = causal.expand(2, 4, 5, 5)
+    assert torch.equal(variant(x, x, x, causal), variant(x, x, x, per_head))
+
+
+def test_rotary_attention_refuses_more_queries_than_keys():
+    from transformer_lib.attention_variants import RotaryAttention
+
+    rope = RotaryAttention(4, 16, 2).eval()
+    q, k = torch.randn(1, 8, 16), torch.randn(1, 5, 16)
+    with pytest.raises(ValueError, match="query has 8 positions, more than the keys' 5"):
+        rope(q, k, k)
+
+
+# ------------------------------------------------------------------ P6: RMSNorm in float16
+
+
+def test_rms_norm_in_float16_keeps_large_features():
+    from transformer_lib.modern import RMSNorm
+
+    x = torch.tensor([[300.0, -300.0, 10.0, 1.0]])
+    norm = RMSNorm(4)
+    expected = norm(x)
+    half = norm.half()(x.half())
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half.float(), expected, atol=2e-3, rtol=2e-3)
+    wide = torch.zeros(1, 128)
+    wide[0, 0] = 260.0  # one outlier zeroed the whole vector
+    assert RMSNorm(128).half()(wide.half())[0, 0] > 11

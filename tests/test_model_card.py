@@ -47,3 +47,21 @@ def test_card_training_line_when_the_step_budget_ends_inside_an_epoch():
     assert ship_model._training_line(whole) == (
         "- 19 epochs, 15,314 steps, 118.2 minutes of training (120.0 minutes for the whole "
         "command)")
+
+
+def test_the_shipped_card_is_what_the_tool_writes_from_the_results():
+    """Every line of the card but the two bf16 scores (measured while shipping) comes from
+    results/multi30k.json through the tool: the recipe's step budget, the precision the test
+    scores were decoded in, the default input limit."""
+    import json
+    import re
+
+    ship_model = load_tool("ship_model")
+    card = (pretrained_path() / "MODEL_CARD.md").read_text(encoding="utf-8")
+    beam, fp32 = re.search(r"^- float32 weights, (\d+)-beam: (.*)$", card, re.M).groups()
+    bf16 = re.search(r"^- bfloat16 weights, same decoding: (.*)$", card, re.M).group(1)
+    files = re.search(r"^- files: (.*)$", card, re.M).group(1).split(", ")
+    results = json.loads((ROOT / "results" / "multi30k.json").read_text(encoding="utf-8"))
+    assert card == ship_model._card(results, {"beam": int(beam), "fp32": fp32, "bf16": bf16},
+                                    files)
+    assert "max_steps = 16000" in card and "which was bf16 autocast there" in card

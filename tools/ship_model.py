@@ -40,7 +40,10 @@ OUT = ROOT / "transformer_lib" / "pretrained" / "multi30k_de_en"
 SIZE_LIMIT = 20 * 2**20  # the repository ships at most 20 MB of weights
 CARD = "MODEL_CARD.md"  # stored with the checkpoint's files and listed in its manifest
 MODEL_KEYS = ("N", "d_model", "d_ff", "h", "dropout", "norm_first", "share_embeddings",
-              "positional", "vocab_size", "label_smoothing", "precision", "epochs")
+              "positional", "vocab_size", "label_smoothing", "precision")
+# The recipe's budget and schedule: without max_steps, "epochs = 100" would read as the run.
+RECIPE_KEYS = ("max_tokens", "lr_factor", "warmup", "schedule", "cooldown", "clip_norm",
+               "max_steps", "epochs", "average_last")
 # The card's licence section: the weights are the code's licence, the training data has its own
 # terms (quoted from the dataset's README, which is all its repository says; no licence file).
 LICENCE = [
@@ -112,7 +115,7 @@ def check_results(results: Any, checkpoint: str, config: dict, parameters: int) 
     if results["parameters"] != parameters:
         raise ValueError(f"the results describe a model of {results['parameters']:,} parameters,"
                          f" the checkpoint has {parameters:,}")
-    differ = {k: (results["config"].get(k), config.get(k)) for k in MODEL_KEYS
+    differ = {k: (results["config"].get(k), config.get(k)) for k in MODEL_KEYS + RECIPE_KEYS
               if results["config"].get(k) != config.get(k)}
     if differ:
         raise ValueError(f"the results' config differs from the checkpoint's (results, "
@@ -151,6 +154,14 @@ def _chosen_how(r: dict) -> str:
             f"set was decoded")
 
 
+def _scored_in(r: dict) -> str:
+    """What precision "auto" meant where the test scores were decoded."""
+    native = ((r.get("scoring_provenance") or {}).get("machine") or {}).get("bf16_native")
+    if native is None:
+        return "on a machine the results do not describe"
+    return "which was bf16 autocast there" if native else "which was float32 there"
+
+
 def _card(results: dict, bf16_scores: dict, files: list[str]) -> str:
     r = results
     score = r["scores"][r["system"]]
@@ -167,6 +178,8 @@ def _card(results: dict, bf16_scores: dict, files: list[str]) -> str:
         "## Model",
         f"- parameters: {r['parameters']:,} (weights stored in bfloat16, loaded into float32)",
         "- configuration: " + ", ".join(f"{k} = {r['config'][k]}" for k in MODEL_KEYS),
+        "- recipe: " + ", ".join(f"{k} = {r['config'].get(k)}" for k in RECIPE_KEYS)
+        + " (the run ends at max_steps or after epochs, whichever comes first)",
         "- tokenizer: joint byte-level BPE over German and English, trained on the training split",
         "",
         "## Data",
@@ -193,12 +206,16 @@ def _card(results: dict, bf16_scores: dict, files: list[str]) -> str:
         "## The shipped bfloat16 weights",
         f"- float32 weights, {bf16_scores['beam']}-beam: {bf16_scores['fp32']}",
         f"- bfloat16 weights, same decoding: {bf16_scores['bf16']}",
+        "- both decoded in float32 at the reported system's length penalty, so only the "
+        "weights' storage differs; the scores above were decoded under precision auto, "
+        f"{_scored_in(r)}",
         f"- files: {', '.join(files)}",
         "",
         "## Limits",
         "- Trained on short, concrete image captions: other text (news, dialogue, long",
         "  sentences) is out of its domain and is translated badly or hallucinated.",
-        "- Inputs longer than 256 subwords are refused.",
+        "- Inputs longer than 256 subwords are refused by default (`max_input_len`,",
+        "  `--max-input-len`).",
     ]
     if sums:
         lines.append(f"- data checksums: {sums}")

@@ -51,6 +51,25 @@ def _check_input(x: object, name: str, d_model: int) -> None:
         )
 
 
+def _check_kv(key: object, value: object, d_model: int) -> None:
+    _check_input(key, "key", d_model)
+    _check_input(value, "value", d_model)
+    if key.shape[:2] != value.shape[:2]:  # one value per key
+        raise ValueError(
+            "key and value must have the same (batch, len), got key "
+            f"{tuple(key.shape)} and value {tuple(value.shape)}"
+        )
+
+
+def _check_query(query: object, k: Tensor, d_model: int) -> None:
+    _check_input(query, "query", d_model)
+    if query.size(0) != k.size(0):  # no silent broadcast of one batch
+        raise ValueError(
+            f"query must have the keys' batch of {k.size(0)} sentences, "
+            f"got shape {tuple(query.shape)}"
+        )
+
+
 def _check_rope_args(x: object, start: object, base: object) -> int:
     if not isinstance(x, Tensor) or x.dim() < 2 or x.size(-1) % 2:
         got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
@@ -125,8 +144,7 @@ class GroupedQueryAttention(nn.Module):
     def project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """key, value (batch, k_len, d_model) -> k, v, each (batch,
         kv_heads, k_len, d_k)."""
-        _check_input(key, "key", self.d_model)
-        _check_input(value, "value", self.d_model)
+        _check_kv(key, value, self.d_model)
         n = self.kv_heads * self.d_k
         w, b = self.kv_proj.weight, self.kv_proj.bias
         k = F.linear(key, w[:n], None if b is None else b[:n])
@@ -135,10 +153,10 @@ class GroupedQueryAttention(nn.Module):
 
     def attend(self, query: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         """query (batch, q_len, d_model) over projected k, v (batch,
-        kv_heads, k_len, d_k) -> (batch, q_len, d_model). The queries are
-        the last q_len of the k_len positions (self-attention, or a step
-        over a cache)."""
-        _check_input(query, "query", self.d_model)
+        kv_heads, k_len, d_k) -> (batch, q_len, d_model). ``RotaryAttention``
+        takes the queries to be the last q_len of the k_len positions
+        (self-attention, or a step over a cache)."""
+        _check_query(query, k, self.d_model)
         q = self._split(self.q_proj(query))  # (batch, h, q_len, d_k)
         q, k = self.rotate(q, k)
         # 1) each key/value head serves the h / kv_heads queries of its group
@@ -146,7 +164,8 @@ class GroupedQueryAttention(nn.Module):
         k = k.repeat_interleave(group, dim=1)  # (batch, h, k_len, d_k)
         v = v.repeat_interleave(group, dim=1)  # (batch, h, k_len, d_k)
         if mask is not None:  # (…, q_len, k_len) -> (…, 1, q_len, k_len)
-            mask = check_mask(mask, q.size(2), k.size(2))
+            heads = () if getattr(mask, "ndim", 0) <= 3 else (self.h,)
+            mask = check_mask(mask, q.size(2), k.size(2), batch_shape=(q.size(0), *heads))
             mask = mask.unsqueeze(-3) if mask.dim() == 3 else mask
         # 2) attend in every head, with chapter 3's fused kernel
         p = self.p if self.training else 0.0
@@ -266,6 +285,12 @@ class RotaryAttention(GroupedQueryAttention):
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         k_len, q_len = k.size(2), q.size(2)
+        if q_len > k_len:  # cross-attention has no shared positions
+            raise ValueError(
+                f"query has {q_len} positions, more than the keys' {k_len}: "
+                "rotary attention reads its queries as the last positions "
+                "of the keys' sequence"
+            )
         k = apply_rope(k, 0, self.base)  # positions 0 .. k_len - 1
         q = apply_rope(q, k_len - q_len, self.base)  # the last q_len of them
         return q, k

@@ -38,8 +38,12 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         check_features(x, self.weight.numel())
-        rms = x.pow(2).mean(-1, keepdim=True).add(self.eps).sqrt()  # (..., 1)
-        return self.weight * (x / rms)
+        # At least float32: in float16 a feature of 256 or more squares to
+        # infinity, and the whole vector would come out as zeros.
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        # (..., 1): one root mean square per vector
+        rms = xf.pow(2).mean(-1, keepdim=True).add(self.eps).sqrt()
+        return self.weight * (xf / rms).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, eps={self.eps}"
@@ -50,7 +54,8 @@ class SwiGLU(nn.Module):
 
     SiLU(z) = z * sigmoid(z). The gate SiLU(x W1) scales, feature by
     feature, the value x W3 (Shazeer, 2020). Three matrices instead of two:
-    with d_ff two thirds of the 2017 block's, the parameters stay the same.
+    with d_ff two thirds of the 2017 block's, the weights stay the same in
+    number (the 2017 block's biases aside).
 
     Args:
         d_model: input and output width.
@@ -96,9 +101,15 @@ def make_modern_lm(
     """
     attn = RotaryAttention(h, d_model, kv_heads, dropout, bias=False)
     model = TransformerLM(
-        vocab, N, d_model, d_ff, h, dropout,
-        self_attn=attn, positional="none",
-    )  # fmt: skip
+        vocab,
+        N,
+        d_model,
+        d_ff,
+        h,
+        dropout,
+        self_attn=attn,
+        positional="none",
+    )
     for layer in model.blocks.layers:  # the same skeleton, new parts
         layer.feed_forward = SwiGLU(d_model, d_ff, dropout)
         for sublayer in layer.sublayer:
