@@ -484,8 +484,7 @@ def beam_search(
         src_mask: (batch, 1, src_len) bool, True = may attend.
         max_len: longest hypothesis, with the start symbol and EOS; >= 1;
             one int, or one per sentence (a list or 1-D tensor), so that
-            sentences of different lengths can share a batch without
-            changing any sentence's result.
+            sentences of different lengths share a batch unaffected.
         start_symbol, end_symbol: the ids that start and finish a hypothesis.
         beam_size: live hypotheses per sentence (k); >= 1.
         length_penalty: alpha of the length penalty; 0 ranks by log P.

@@ -256,7 +256,9 @@ class EncoderLayer(nn.Module):
             post-norm).
         skip_padding: run the feed-forward block on the visible positions only
             (see ``visible_positions``); padding positions then pass through
-            it unchanged.
+            it unchanged. Exact for the package's padding and causal masks;
+            pass False with a mask under which some real position is seen
+            by no query (its output would skip the block too).
 
     ``forward(x, mask)``: x (batch, src_len, d_model), mask bool (batch, 1,
     src_len) with True = may attend -> (batch, src_len, d_model). Paper
@@ -306,8 +308,8 @@ class Encoder(nn.Module):
     def __init__(self, layer: EncoderLayer, N: int) -> None:
         super().__init__()
         self.layers = clones(layer, N)  # checks N
-        # post-norm layers end normalized already; a pre-norm stack needs one
-        # last norm
+        # Post-norm layers end normalized already; a pre-norm stack needs
+        # one last norm.
         self.norm = LayerNorm(layer.size) if layer.norm_first else nn.Identity()
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
@@ -321,7 +323,9 @@ def visible_positions(mask: Tensor | None, x: Tensor) -> Tensor | None:
 
     mask: a self-attention mask, bool (batch | 1, q_len | 1, len), True = may
     attend; x (batch, len, d_model). A position whose key no query may attend
-    to (its column is all False) is padding: it influences no other position.
+    to (its column is all False) is treated as padding: it influences no
+    other position, so only its own output would change, and under
+    ``padding_mask`` and ``subsequent_mask`` such a position is padding.
     Returns None when every position is visible, or when the mask is not a
     plain 3-d self-attention mask. Defined in chapter 5.
     """

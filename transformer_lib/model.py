@@ -27,11 +27,9 @@ from transformer_lib.positional import (
 )
 
 
+# Input checks for EncoderDecoder (the class is in the next cell).
 def _check_tokens(name: str, tokens: Tensor) -> None:
-    if not isinstance(tokens, Tensor) or tokens.dtype not in (
-        torch.int64,
-        torch.int32,
-    ):
+    if not isinstance(tokens, Tensor) or tokens.dtype not in (torch.int64, torch.int32):
         dtype = getattr(tokens, "dtype", type(tokens).__name__)
         raise ValueError(f"{name} must be integer token ids (torch.long), got {dtype}")
     if tokens.dim() != 2:

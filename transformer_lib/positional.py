@@ -17,8 +17,7 @@ from transformer_lib.attention import check_positive_int, check_probability
 def _sinusoids(positions: Tensor, d_model: int, base: float) -> Tensor:
     """float64 sinusoids for the given positions: (len,) -> (len, d_model),
     sin in the even columns, cos in the odd ones."""
-    # (d_model/2,) = 2i
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
     omega = base ** (-two_i / d_model)  # frequencies ω_i = base^(-2i/d_model)
     angles = positions.to(torch.float64)[:, None] * omega  # (len, d_model/2)
     # (len, d_model/2, 2) -> (len, d_model): sin, cos, sin, cos, …

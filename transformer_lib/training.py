@@ -91,8 +91,8 @@ class Batch:
                 "tgt must have length >= 2 (a start symbol and at least one "
                 f"token to predict), got length {tgt.size(1)}"
             )
-        self.tgt = tgt[:, :-1]  # (batch, T-1) decoder input: <s> y1 ... y_{T-2}
-        self.tgt_y = tgt[:, 1:]  # (batch, T-1) expected output: y1 ... y_{T-1}
+        self.tgt = tgt[:, :-1]  # (batch, T-1) input: <s> y1 ... y_{T-2}
+        self.tgt_y = tgt[:, 1:]  # (batch, T-1) expected: y1 ... y_{T-1}
         self.tgt_mask = self.make_std_mask(self.tgt, pad)  # (batch, T-1, T-1)
         self.ntokens = int((self.tgt_y != pad).sum())
 
@@ -101,7 +101,8 @@ class Batch:
         """(batch, T, T) bool mask: each query sees the non-padding keys
         at or before its position."""
         keep = padding_mask(tgt, pad)  # (batch, 1, T): key is not padding
-        return keep & subsequent_mask(tgt.size(-1), device=tgt.device)  # (batch, T, T)
+        # (batch, T, T): and the key is not in the query's future
+        return keep & subsequent_mask(tgt.size(-1), device=tgt.device)
 
     def to(self, device: torch.device | str) -> "Batch":
         """Return a copy of the batch with every tensor moved to `device`."""
@@ -124,7 +125,7 @@ def smoothed_kl_by_definition(x: Tensor, p: Tensor) -> Tensor:
     textbook model uses); terms with p = 0 count 0, also where x = -inf.
     Defined in chapter 6.
     """
-    log_q = x.masked_fill(p == 0, 0.0)  # 0 * log q := 0, also where log q = -inf
+    log_q = x.masked_fill(p == 0, 0.0)  # 0 * log q := 0, even if log q = -inf
     return (torch.xlogy(p, p) - p * log_q).sum()  # sum p log p - sum p log q
 
 
@@ -162,11 +163,13 @@ class LabelSmoothing(nn.Module):
         self.padding_idx = padding_idx
         self.smoothing = smoothing
         self.confidence = 1.0 - smoothing
-        self.spread = smoothing / (size - 2) if smoothing > 0 else 0.0  # s, on each other class
+        # s, on each other class
+        self.spread = smoothing / (size - 2) if smoothing > 0 else 0.0
         # sum of p log p over one counted row: c log c + (V - 2) s log s
         c, s = self.confidence, self.spread
         self.row_entropy_term = c * math.log(c) + ((size - 2) * s * math.log(s) if s > 0 else 0.0)
-        self._last: tuple[Tensor, torch.dtype] | None = None  # target and dtype of last call
+        # the target and dtype of the last call
+        self._last: tuple[Tensor, torch.dtype] | None = None
 
     @property
     def true_dist(self) -> Tensor | None:
@@ -177,9 +180,11 @@ class LabelSmoothing(nn.Module):
         """(N, size) smoothed target distribution for (N,) class ids."""
         shape = (target.size(0), self.size)
         dist = torch.full(shape, self.spread, dtype=dtype, device=target.device)
-        dist.scatter_(1, target.unsqueeze(1), self.confidence)  # 1 - eps on the true class
+        # 1 - eps on the true class
+        dist.scatter_(1, target.unsqueeze(1), self.confidence)
         dist[:, self.padding_idx] = 0  # padding is never a right answer
-        dist[target == self.padding_idx] = 0  # padding rows do not count (writes those rows only)
+        # padding rows do not count (this writes those rows only)
+        dist[target == self.padding_idx] = 0
         return dist
 
     def forward(self, x: Tensor, target: Tensor) -> Tensor:
@@ -218,7 +223,7 @@ class LabelSmoothing(nn.Module):
             # q(y) = 0 makes the row's loss +inf, where the subtraction
             # above would give (-inf) - (-inf) = NaN
             per_row = per_row.masked_fill(x_y == float("-inf"), float("inf"))
-        return per_row.masked_fill(target == pad, 0.0).sum()  # padding rows count 0
+        return per_row.masked_fill(target == pad, 0.0).sum()  # pad rows: 0
 
 
 class _SmoothedKL(torch.autograd.Function):
@@ -300,7 +305,7 @@ class SimpleLossCompute:
         if norm < 0:
             raise ValueError(f"norm must be >= 0 (a token count), got {norm}")
         logp = self.generator(x)  # (batch, T, vocab)
-        loss = self.criterion(logp.reshape(-1, logp.size(-1)), y.reshape(-1))  # summed
+        loss = self.criterion(logp.reshape(-1, logp.size(-1)), y.reshape(-1))
         return loss.detach(), loss / max(norm, 1)
 
 
@@ -310,8 +315,8 @@ class TrainState:
 
     Attributes:
         step: optimizer updates (what the learning-rate schedule counts).
-        accum_step: batches back-propagated (step * accum, plus any
-            shorter last group).
+        accum_step: batches back-propagated (step * accum, fewer when the
+            last group is shorter).
         samples: sequences (sentence pairs) trained on.
         tokens: non-padding target tokens trained on.
 
@@ -360,7 +365,8 @@ def real_token_loss(
     device_type = batch.src.device.type
     bf16 = precision == "bf16"
     with torch.autocast(device_type, torch.bfloat16, enabled=bf16):
-        out = call(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (batch, T, d_model)
+        # (batch, T, d_model)
+        out = call(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
         real = batch.tgt_y != batch.pad  # (batch, T)
         logp = model.generator(out[real])  # (n_real, vocab)
     return criterion(logp.float(), batch.tgt_y[real])
@@ -417,9 +423,8 @@ def train_step(
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(call, "no_sync") else call.no_sync()
         with sync:
-            loss = real_token_loss(
-                model, b, criterion, precision=precision, forward=call
-            )  # summed over the real tokens
+            # summed over the real tokens
+            loss = real_token_loss(model, b, criterion, precision=precision, forward=call)
             (loss * scale).backward()
         total += loss.item()
     if not math.isfinite(total):
@@ -482,22 +487,20 @@ def run_epoch(
     state = train_state if train_state is not None else TrainState()
     model.train(train)  # dropout on for training, off for evaluation
     total = len(data_iter) if hasattr(data_iter, "__len__") else None
-    bar = tqdm(
-        data_iter,
-        total=total,
-        desc=desc or mode,
-        file=sys.stderr,
-        disable=not progress,
-    )
+    bar = tqdm(data_iter, total=total, desc=desc or mode, file=sys.stderr, disable=not progress)
     criterion = loss_compute.criterion
     total_loss, total_tokens, start = 0.0, 0, time.perf_counter()
     with torch.set_grad_enabled(train):
         for group in _groups(bar, accum if train else 1):
             if train:
                 loss, ntokens = train_step(
-                    model, group, criterion, optimizer,
-                    clip_norm=clip_norm, scheduler=scheduler,
-                )  # fmt: skip
+                    model,
+                    group,
+                    criterion,
+                    optimizer,
+                    clip_norm=clip_norm,
+                    scheduler=scheduler,
+                )
                 samples = sum(b.src.size(0) for b in group)
                 state.count_update(len(group), samples, ntokens)
             else:
@@ -578,7 +581,8 @@ def copy_task_batches(
 
     Yields:
         ``Batch(src, src, pad=0)`` with src (batch_size, seq_len).
-    The toy task of the Annotated Transformer (Rush, 2018). Chapter 6.
+    The toy task of the Annotated Transformer (Rush, 2018). Defined in
+    chapter 6.
     """
     if vocab < 3:
         raise ValueError(f"vocab must be >= 3 (padding 0, start 1, a token), got {vocab}")
@@ -591,5 +595,5 @@ def copy_task_batches(
     for _ in range(n_batches):
         data = torch.randint(2, vocab, (batch_size, seq_len), generator=generator)
         data[:, 0] = 1  # start symbol
-        batch = Batch(data, data.clone(), pad=0)  # masks built on the CPU, then moved
+        batch = Batch(data, data.clone(), pad=0)  # masks on the CPU
         yield batch if device is None else batch.to(device)
