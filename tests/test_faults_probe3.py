@@ -85,15 +85,18 @@ def variant(request):
 
 def test_key_and_value_of_different_lengths_are_refused(variant):
     q, k = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
-    with pytest.raises(ValueError, match=r"key and value must have the same \(batch, len\)"):
+    with pytest.raises(ValueError, match=r"value must share the first dimensions \(2, 5\) of "
+                                         r"key, got value of shape \(2, 7, 16\)"):
         variant(q, k, torch.randn(2, 7, 16))
-    with pytest.raises(ValueError, match=r"key and value must have the same \(batch, len\)"):
+    with pytest.raises(ValueError, match=r"value must share the first dimensions \(2, 5\) of "
+                                         r"key, got value of shape \(1, 5, 16\)"):
         variant(q, k, torch.randn(1, 5, 16))
 
 
 def test_a_query_batch_that_would_broadcast_is_refused(variant):
     k = torch.randn(2, 5, 16)
-    with pytest.raises(ValueError, match="query must have the keys' batch of 2 sentences"):
+    with pytest.raises(ValueError, match=r"query must share the first dimensions \(2,\) of "
+                                         r"k, got query of shape \(1, 5, 16\)"):
         variant(k[:1], k, k)
 
 

@@ -37,7 +37,15 @@ def _check_heads(h: object, d_model: object, kv_heads: object) -> None:
         )
 
 
-def _check_input(x: object, name: str, d_model: int) -> None:
+def _check_input(
+    x: object,
+    name: str,
+    d_model: int,
+    leading: tuple[int, ...] = (),
+    of: str = "",
+) -> None:
+    """ValueError unless ``x`` is a floating (batch, len, d_model) tensor
+    whose first dimensions are ``leading`` (those of the tensor ``of``)."""
     if (
         not isinstance(x, Tensor)
         or x.dim() != 3
@@ -49,24 +57,10 @@ def _check_input(x: object, name: str, d_model: int) -> None:
             f"{name} must be a floating-point tensor of shape "
             f"(batch, len, d_model={d_model}), got {got}"
         )
-
-
-def _check_kv(key: object, value: object, d_model: int) -> None:
-    _check_input(key, "key", d_model)
-    _check_input(value, "value", d_model)
-    if key.shape[:2] != value.shape[:2]:  # one value per key
+    if x.shape[: len(leading)] != leading:  # nothing may broadcast silently
         raise ValueError(
-            "key and value must have the same (batch, len), got key "
-            f"{tuple(key.shape)} and value {tuple(value.shape)}"
-        )
-
-
-def _check_query(query: object, k: Tensor, d_model: int) -> None:
-    _check_input(query, "query", d_model)
-    if query.size(0) != k.size(0):  # no silent broadcast of one batch
-        raise ValueError(
-            f"query must have the keys' batch of {k.size(0)} sentences, "
-            f"got shape {tuple(query.shape)}"
+            f"{name} must share the first dimensions {tuple(leading)} of "
+            f"{of}, got {name} of shape {tuple(x.shape)}"
         )
 
 
@@ -144,7 +138,9 @@ class GroupedQueryAttention(nn.Module):
     def project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """key, value (batch, k_len, d_model) -> k, v, each (batch,
         kv_heads, k_len, d_k)."""
-        _check_kv(key, value, self.d_model)
+        _check_input(key, "key", self.d_model)
+        # (batch, len) of the keys: one value per key
+        _check_input(value, "value", self.d_model, key.shape[:2], "key")
         n = self.kv_heads * self.d_k
         w, b = self.kv_proj.weight, self.kv_proj.bias
         k = F.linear(key, w[:n], None if b is None else b[:n])
@@ -156,7 +152,7 @@ class GroupedQueryAttention(nn.Module):
         kv_heads, k_len, d_k) -> (batch, q_len, d_model). ``RotaryAttention``
         takes the queries to be the last q_len of the k_len positions
         (self-attention, or a step over a cache)."""
-        _check_query(query, k, self.d_model)
+        _check_input(query, "query", self.d_model, k.shape[:1], "k")
         q = self._split(self.q_proj(query))  # (batch, h, q_len, d_k)
         q, k = self.rotate(q, k)
         # 1) each key/value head serves the h / kv_heads queries of its group

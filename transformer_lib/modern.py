@@ -100,16 +100,7 @@ def make_modern_lm(
     plus ``kv_heads``. Defined in chapter 11.
     """
     attn = RotaryAttention(h, d_model, kv_heads, dropout, bias=False)
-    model = TransformerLM(
-        vocab,
-        N,
-        d_model,
-        d_ff,
-        h,
-        dropout,
-        self_attn=attn,
-        positional="none",
-    )
+    model = TransformerLM(vocab, N, d_model, d_ff, h, dropout, self_attn=attn, positional="none")
     for layer in model.blocks.layers:  # the same skeleton, new parts
         layer.feed_forward = SwiGLU(d_model, d_ff, dropout)
         for sublayer in layer.sublayer:

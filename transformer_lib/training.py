@@ -494,12 +494,7 @@ def run_epoch(
         for group in _groups(bar, accum if train else 1):
             if train:
                 loss, ntokens = train_step(
-                    model,
-                    group,
-                    criterion,
-                    optimizer,
-                    clip_norm=clip_norm,
-                    scheduler=scheduler,
+                    model, group, criterion, optimizer, clip_norm=clip_norm, scheduler=scheduler
                 )
                 samples = sum(b.src.size(0) for b in group)
                 state.count_update(len(group), samples, ntokens)
