@@ -46,7 +46,7 @@ from .training import (
     copy_task_batches,
 )
 from .decoding import KVCache, decode_step, greedy_decode, gnmt_length_penalty, beam_search
-from .gru import GRUTranslator, GRUDecoderCache, make_gru_model
+from .gru import GRUEncoder, GRUDecoder, GRUTranslator, GRUDecoderCache, make_gru_model
 from .lm import TransformerLM, filter_logits, sample_next, LMCache, lm_step, generate, mask_tokens
 from .attention_variants import (
     GroupedQueryAttention,
@@ -138,6 +138,8 @@ __all__ = [
     "greedy_decode",
     "gnmt_length_penalty",
     "beam_search",
+    "GRUEncoder",
+    "GRUDecoder",
     "GRUTranslator",
     "GRUDecoderCache",
     "make_gru_model",

@@ -3,7 +3,7 @@
 Written from chapters/08_translation.ipynb (8. Translating German to English)
 by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
-__all__ = ["GRUTranslator", "GRUDecoderCache", "make_gru_model"]
+__all__ = ["GRUEncoder", "GRUDecoder", "GRUTranslator", "GRUDecoderCache", "make_gru_model"]
 
 import torch
 from torch import Tensor, nn
@@ -12,21 +12,98 @@ from transformer_lib.attention import AdditiveAttention, check_probability
 from transformer_lib.layers import Generator
 
 
-class GRUTranslator(nn.Module):
-    """The recurrent baseline: GRU encoder-decoder with additive attention.
+class GRUEncoder(nn.Module):
+    """Bidirectional GRUs over the embedded source: one state per token.
 
-    Chapter 1's starting point (Bahdanau et al., 2015) behind the
-    Transformer's interface (``forward(src, tgt, src_mask, tgt_mask)``,
-    ``encode``, ``decode``, ``generator``), so the same trainer, loss and
-    decoders run it. The encoder's two directions (d_model/2 each) are
-    concatenated into one state per source token. In the decoder a bottom
-    GRU reads the target prefix and asks chapter 1's ``AdditiveAttention``
-    for a context; ``N - 1`` top GRUs read [state; context]. Attention is
-    computed from the bottom layer (as in GNMT), so in training every GRU
-    runs over the whole sequence in one call, from the start state
-    ``tanh(W · mean of the encoder states)``. ``tgt_mask`` is accepted and
-    ignored: a recurrent decoder only ever sees the past. Defined in
-    chapter 8.
+    Each direction is d_model/2 wide, so the two halves side by side make
+    one d_model-wide state. Defined in chapter 8.
+    """
+
+    def __init__(self, d_model: int, N: int, dropout: float) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.gru = nn.GRU(
+            d_model, d_model // 2, N, batch_first=True, bidirectional=True, dropout=dropout
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        """x (batch, S, d) embedded -> states (batch, S, d), zero at pads."""
+        batch, S = x.shape[:2]
+        if batch == 0 or S == 0:  # nothing to read (and nothing to pack)
+            return x.new_zeros(batch, S, self.d_model)
+        # (batch,) real tokens per sentence
+        lengths = src_mask.reshape(batch, S).sum(-1).clamp(min=1)
+        # Packing keeps the backward direction from reading padding first.
+        packed = nn.utils.rnn.pack_padded_sequence(
+            self.dropout(x),
+            lengths.cpu(),
+            batch_first=True,
+            enforce_sorted=False,
+        )
+        out, _ = self.gru(packed)
+        memory, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=S)
+        return memory  # (batch, S, d)
+
+
+class GRUDecoder(nn.Module):
+    """A bottom GRU, chapter 1's additive attention, ``N - 1`` top GRUs.
+
+    The query comes from the bottom GRU (as in GNMT), so in training each
+    GRU runs over the whole prefix in one call. Defined in chapter 8.
+    """
+
+    def __init__(self, d_model: int, N: int, dropout: float) -> None:
+        super().__init__()
+        d = self.d_model = d_model
+        self.init_state = nn.Linear(d, N * d)  # a start state per layer
+        self.bottom = nn.GRU(d, d, 1, batch_first=True)
+        self.attention = AdditiveAttention(d, d, d)  # chapter 1
+        top_dropout = dropout if N > 2 else 0.0  # between top layers only
+        self.top = nn.GRU(2 * d, d, N - 1, batch_first=True, dropout=top_dropout)
+        self.out = nn.Linear(2 * d, d)
+        self.dropout = nn.Dropout(dropout)
+
+    def start(self, memory: Tensor, src_mask: Tensor) -> tuple[Tensor, ...]:
+        """Start states, tanh(W · mean of the encoder states): bottom
+        (1, batch, d) and top (N-1, batch, d)."""
+        # (batch, S, 1): 1 at real tokens
+        real = src_mask.reshape(*memory.shape[:2], 1).to(memory.dtype)
+        mean = (memory * real).sum(1) / real.sum(1).clamp(min=1)  # (b, d)
+        h0 = torch.tanh(self.init_state(mean)).to(memory.dtype)  # (b, N*d)
+        # (N, batch, d)
+        h0 = h0.unflatten(-1, (-1, self.d_model)).transpose(0, 1)
+        return h0[:1].contiguous(), h0[1:].contiguous()
+
+    def forward(
+        self,
+        y: Tensor,
+        state: tuple[Tensor, ...],
+        memory: Tensor,
+        src_mask: Tensor,
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """y (batch, t, d) embedded, from `state` -> (batch, t, d), state."""
+        dtype = self.bottom.weight_hh_l0.dtype  # inputs match the weights
+        y = self.dropout(y).to(dtype)
+        s, hb = self.bottom(y, state[0].to(dtype))  # (batch, t, d)
+        # (batch, 1, S)
+        mask = src_mask.reshape(memory.size(0), 1, memory.size(1))
+        c, _ = self.attention(s, memory, memory, mask)  # (batch, t, d)
+        sc = torch.cat([s, c.to(dtype)], dim=-1)  # (batch, t, 2d)
+        h, ht = self.top(self.dropout(sc), state[1].to(dtype))  # (b, t, d)
+        hc = torch.cat([h, c.to(dtype)], dim=-1)  # (batch, t, 2d)
+        out = self.dropout(torch.tanh(self.out(hc)))  # (batch, t, d)
+        return out, (hb, ht)
+
+
+class GRUTranslator(nn.Module):
+    """The recurrent baseline behind the Transformer's interface.
+
+    Embeddings, a ``GRUEncoder``, a ``GRUDecoder`` and a generator, with
+    ``forward(src, tgt, src_mask, tgt_mask)``, ``encode`` and ``decode``,
+    so the same trainer, loss and decoders run it. ``tgt_mask`` is
+    accepted and ignored: a recurrent decoder only ever sees the past.
+    Defined in chapter 8.
 
     Args:
         vocab: joint vocabulary size (source and target).
@@ -47,76 +124,37 @@ class GRUTranslator(nn.Module):
         share_embeddings: bool = True,
     ) -> None:
         super().__init__()
-        for name, n, lo in (
-            ("vocab", vocab, 1),
-            ("d_model", d_model, 2),
-            ("N", N, 2),
-        ):
-            if isinstance(n, bool) or not isinstance(n, int) or n < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {n!r}")
-        if d_model % 2:
-            raise ValueError(f"d_model must be even (two directions), got {d_model}")
-        p = check_probability(dropout, "dropout")
-        d = self.d_model = d_model
-        self.src_embed = nn.Embedding(vocab, d, padding_idx=pad_idx)
-        self.tgt_embed = (
-            self.src_embed if share_embeddings else nn.Embedding(vocab, d, padding_idx=pad_idx)
-        )
-        gru = dict(batch_first=True)
-        # each direction d/2 wide: together one d-wide state per token
-        self.encoder = nn.GRU(d, d // 2, N, bidirectional=True, dropout=p, **gru)
-        self.init_state = nn.Linear(d, N * d)  # a start state per layer
-        self.bottom = nn.GRU(d, d, 1, **gru)
-        self.attention = AdditiveAttention(d, d, d)  # chapter 1
-        top_dropout = p if N > 2 else 0.0  # between top layers only
-        self.top = nn.GRU(2 * d, d, N - 1, dropout=top_dropout, **gru)
-        self.out = nn.Linear(2 * d, d)
-        self.dropout = nn.Dropout(p)
-        self.generator = Generator(d, vocab)  # chapter 5
+        p = _check_gru_args(vocab, d_model, N, dropout)
+        self.d_model = d_model
+        self.src_embed = nn.Embedding(vocab, d_model, padding_idx=pad_idx)
+        self.tgt_embed = self.src_embed
+        if not share_embeddings:
+            self.tgt_embed = nn.Embedding(vocab, d_model, padding_idx=pad_idx)
+        self.encoder = GRUEncoder(d_model, N, p)
+        self.decoder = GRUDecoder(d_model, N, p)
+        self.generator = Generator(d_model, vocab)  # chapter 5
         if share_embeddings:
             self.generator.proj.weight = self.src_embed.weight
 
     def forward(
-        self,
-        src: Tensor,
-        tgt: Tensor,
-        src_mask: Tensor,
-        tgt_mask: Tensor | None = None,
+        self, src: Tensor, tgt: Tensor, src_mask: Tensor, tgt_mask: Tensor | None = None
     ) -> Tensor:
         """src (batch, S), tgt (batch, T), src_mask (batch, 1, S)
         -> (batch, T, d_model)."""
         return self.decode(self.encode(src, src_mask), src_mask, tgt)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        """src (batch, S) -> states (batch, S, d_model), zero at pads."""
+        """src (batch, S) -> states (batch, S, d_model)."""
         _check_ids("src", src, self.src_embed.num_embeddings)
-        batch, S = src.shape
-        if batch == 0 or S == 0:  # nothing to read (and nothing to pack)
-            return self.src_embed.weight.new_zeros(batch, S, self.d_model)
-        # (batch,) real tokens per sentence
-        lengths = src_mask.reshape(batch, S).sum(-1).clamp(min=1)
-        x = self.dropout(self.src_embed(src))  # (batch, S, d)
-        # Packing keeps the backward direction from reading padding first.
-        packed = nn.utils.rnn.pack_padded_sequence(
-            x, lengths.cpu(), batch_first=True, enforce_sorted=False
-        )
-        out, _ = self.encoder(packed)
-        memory, _ = nn.utils.rnn.pad_packed_sequence(
-            out, batch_first=True, total_length=src.size(1)
-        )
-        return memory  # (batch, S, d)
+        return self.encoder(self.src_embed(src), src_mask)
 
     def decode(
-        self,
-        memory: Tensor,
-        src_mask: Tensor,
-        tgt: Tensor,
-        tgt_mask: Tensor | None = None,
+        self, memory: Tensor, src_mask: Tensor, tgt: Tensor, tgt_mask: Tensor | None = None
     ) -> Tensor:
         """The whole prefix at once: tgt (batch, T) -> (batch, T, d)."""
         _check_ids("tgt", tgt, self.tgt_embed.num_embeddings)
-        start = self._start(memory, src_mask)
-        out, _ = self._run(tgt, start, memory, src_mask)
+        start = self.decoder.start(memory, src_mask)
+        out, _ = self.decoder(self.tgt_embed(tgt), start, memory, src_mask)
         return out
 
     def start_decoding(self, memory: Tensor, src_mask: Tensor):
@@ -124,35 +162,14 @@ class GRUTranslator(nn.Module):
         the GRU states are this model's cache (chapter 7's KV cache)."""
         return GRUDecoderCache(self, memory, src_mask)
 
-    def _start(self, memory: Tensor, src_mask: Tensor):
-        """Start states: bottom (1, batch, d) and top (N-1, batch, d)."""
-        # (batch, S, 1): 1 at real tokens
-        real = src_mask.reshape(*memory.shape[:2], 1).to(memory.dtype)
-        mean = (memory * real).sum(1) / real.sum(1).clamp(min=1)  # (b, d)
-        h0 = torch.tanh(self.init_state(mean)).to(memory.dtype)  # (b, N*d)
-        # (N, batch, d)
-        h0 = h0.unflatten(-1, (-1, self.d_model)).transpose(0, 1)
-        return h0[:1].contiguous(), h0[1:].contiguous()
 
-    def _run(
-        self,
-        tokens: Tensor,
-        state: tuple[Tensor, Tensor],
-        memory: Tensor,
-        src_mask: Tensor,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """tokens (batch, t) from `state` -> (batch, t, d), new state."""
-        dtype = self.bottom.weight_hh_l0.dtype  # inputs match the weights
-        y = self.dropout(self.tgt_embed(tokens)).to(dtype)  # (batch, t, d)
-        s, hb = self.bottom(y, state[0].to(dtype))  # (batch, t, d)
-        # (batch, 1, S)
-        mask = src_mask.reshape(memory.size(0), 1, memory.size(1))
-        c, _ = self.attention(s, memory, memory, mask)  # (batch, t, d)
-        sc = torch.cat([s, c.to(dtype)], dim=-1)  # (batch, t, 2d)
-        h, ht = self.top(self.dropout(sc), state[1].to(dtype))  # (b, t, d)
-        hc = torch.cat([h, c.to(dtype)], dim=-1)  # (batch, t, 2d)
-        out = self.dropout(torch.tanh(self.out(hc)))  # (batch, t, d)
-        return out, (hb, ht)
+def _check_gru_args(vocab: int, d_model: int, N: int, dropout: float) -> float:
+    for name, n, lo in (("vocab", vocab, 1), ("d_model", d_model, 2), ("N", N, 2)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}, got {n!r}")
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (two directions), got {d_model}")
+    return check_probability(dropout, "dropout")
 
 
 def _check_ids(name: str, tokens: Tensor, vocab: int) -> None:
@@ -177,11 +194,14 @@ class GRUDecoderCache:
 
     def __init__(self, model: GRUTranslator, memory: Tensor, src_mask: Tensor) -> None:
         self.model, self.memory, self.src_mask = model, memory, src_mask
-        self.state = model._start(memory, src_mask)
+        self.state = model.decoder.start(memory, src_mask)
         self.length = 0  # tokens decoded so far
 
     def step(self, tokens: Tensor) -> Tensor:
-        out, self.state = self.model._run(tokens, self.state, self.memory, self.src_mask)
+        model = self.model
+        out, self.state = model.decoder(
+            model.tgt_embed(tokens), self.state, self.memory, self.src_mask
+        )
         self.length += tokens.size(1)
         return out  # (rows, 1, d)
 
