@@ -104,3 +104,33 @@ def test_chapter_opens_with_where_we_are(path):
     assert any(want in md and ":alt:" in md for md in first_md), (
         f"{path.name}: the first markdown cells should hold the figure {want} with alt text"
     )
+
+
+def _prose_words(markdown: str) -> int:
+    """Words a reader reads as prose: no code blocks, tables, display maths or citations;
+    a glued number counts as one word."""
+    text = re.sub(r"```.*?```", " ", markdown, flags=re.S)
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("|"))
+    text = re.sub(r"\{glue(:\w+)?\}`[^`]+`", "N", text)
+    text = re.sub(r"\{(cite|numref|ref)\}`[^`]+`", "", text)
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
+    return len(text.split())
+
+
+def test_chapter_8_stays_a_lesson():
+    """Chapter 8 teaches, it does not log: at most about 5,000 words of prose before the
+    exercises, shown cells of at most 60 lines, no cell (shown or folded) over 150."""
+    (path,) = [p for p in CHAPTERS if p.name.startswith("08_")]
+    cells = _cells(path)
+    prose = "".join(_text(c["source"]) + "\n" for c in cells if c["cell_type"] == "markdown")
+    words = _prose_words(prose.split("## Exercises")[0])
+    assert 3000 < words <= 5000, f"{path.name}: {words} words of prose"
+    long_cells = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        lines = len(_text(cell["source"]).splitlines())
+        shown = not set(cell.get("metadata", {}).get("tags", [])) & HIDDEN_INPUT
+        if lines > (60 if shown else 150):
+            long_cells.append(f"cell {i} ({'shown' if shown else 'folded'}): {lines} lines")
+    assert not long_cells, f"{path.name}:\n  " + "\n  ".join(long_cells)
