@@ -11,6 +11,6 @@ exact commands that regenerate every committed ``results/bench_*.json``):
 The other modules are the parts the training benchmark is built from: ``train_models`` (the
 configurations, the seeded batches and the four models), ``train_steps`` (the timed variants
 and their training steps), ``flops`` (the analytic FLOPs model), ``micro`` (micro-benchmarks of
-single optimisations) and ``common`` (timing, memory, machine description, JSON output).
+single optimizations) and ``common`` (timing, memory, machine description, JSON output).
 The performance appendix (``chapters/09_performance.ipynb``) renders the result files.
 """

@@ -5,7 +5,7 @@
 
 Two implementations of the same function, on the same (batch, h, n, d_k) inputs:
 
-* ``explicit``: chapter 1's ``transformer_lib.attention.attention``: it materialises the
+* ``explicit``: chapter 1's ``transformer_lib.attention.attention``: it materializes the
   (n × n) scores and weights of every head, so time and memory grow as n².
 * ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention``. On this CPU it dispatches to a
   fused, FlashAttention-style kernel (Dao et al., 2022) that walks over blocks of keys with an

@@ -46,7 +46,7 @@ __all__ = [
 
 # the variables that make a CPU run as a weaker one (an AVX2 machine on an AVX-512 one:
 # ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2); a run
-# under any of them is labelled "emulated" in its machine description
+# under any of them is labeled "emulated" in its machine description
 ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
                  "CT2_FORCE_CPU_ISA")
 
@@ -114,7 +114,7 @@ def interleaved_times(
 
     Every callable runs ``warmup`` times (untimed), then ``repeats`` timed rounds in which each
     runs once. The starting callable rotates from round to round, so none always follows the
-    same neighbour. Interleaving makes the *ratios* robust to background load on a shared
+    same neighbor. Interleaving makes the *ratios* robust to background load on a shared
     machine: a burst of load slows whichever callables run during it, not one of them for its
     whole measurement. With ``progress`` (a label), each finished round is reported on stderr.
     """

@@ -1,4 +1,4 @@
-"""Micro-benchmarks of single optimisations, and the length-bucketing experiment.
+"""Micro-benchmarks of single optimizations, and the length-bucketing experiment.
 
 Imported by ``bench.train_throughput``, which runs them after the training steps and writes
 them under ``"extras"`` in ``results/bench_train.json`` (``python -m bench.train_throughput``;

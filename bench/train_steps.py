@@ -47,7 +47,7 @@ class Variant:
     nn_dropout: bool = False
 
     def _or_default(self, value: bool | None) -> bool:
-        """An explicit setting, else the package's own behaviour for ours/explicit_attention."""
+        """An explicit setting, else the package's own behavior for ours/explicit_attention."""
         return value if value is not None else self.builder in ("ours", "explicit_attention")
 
     @property

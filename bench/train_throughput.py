@@ -11,7 +11,7 @@ everywhere or the paper's placement, with or without the padding skip, chapter 5
 or ``nn.Dropout``, the trainer's step or the reference step, and (``--compile``) the fast
 setting under ``torch.compile``. The variants are interleaved (round-robin over rounds; a
 round is one step on every batch of the list) and the median round is reported as target
-tokens per second (non-pad decoder tokens, i.e. ``Batch.ntokens``). Model-FLOPs utilisation
+tokens per second (non-pad decoder tokens, i.e. ``Batch.ntokens``). Model-FLOPs utilization
 divides the analytic model FLOPs (``bench.flops``) per second by the peak of a 2048² matmul
 measured in the same run. Peak memory: the peak of tensor bytes allocated during one step
 above those alive before it (activations saved for backward, gradients, temporaries), from
@@ -201,7 +201,7 @@ def run_config(
 
 
 def add_mfu(results: dict[str, Any], peaks: dict[str, float]) -> None:
-    """Model-FLOPs utilisation of every variant: achieved model FLOP/s ÷ the matmul peak.
+    """Model-FLOPs utilization of every variant: achieved model FLOP/s ÷ the matmul peak.
 
     bf16-autocast variants are divided by the bf16 peak, fp32 ones by the fp32 peak. ``mfu``
     counts the useful FLOPs (each sentence at its own length); ``hfu_padded`` the FLOPs on the

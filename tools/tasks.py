@@ -145,7 +145,7 @@ class Runner:
         print(text, flush=True)
 
     def once(self, name: str) -> bool:
-        """True the first time a prerequisite is met in this invocation (make's behaviour)."""
+        """True the first time a prerequisite is met in this invocation (make's behavior)."""
         if name in self._done:
             return False
         self._done.add(name)

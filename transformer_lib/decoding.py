@@ -72,7 +72,7 @@ def _decoder_layer_step(
     """``DecoderLayer.forward`` for the newest position, using ``cache``."""
 
     def self_attn(y: Tensor) -> Tensor:
-        # y: (batch, 1, d_model), already normalised under pre-norm
+        # y: (batch, 1, d_model), already normalized under pre-norm
         # 1) project only the new position's key and value, append them to
         # the cache: (batch, h, t+1, d_k) each
         k, v = cache.append(l, *layer.self_attn.project_kv(y, y))
@@ -279,7 +279,7 @@ def gnmt_length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     """The length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016).
 
     A hypothesis scores log P(Y | X) / lp(Y): alpha = 0 gives plain
-    log-probabilities, larger alpha favours longer outputs. Vaswani et al.
+    log-probabilities, larger alpha favors longer outputs. Vaswani et al.
     (2017), section 6.1, use alpha = 0.6. Defined in chapter 7.
 
     Args:

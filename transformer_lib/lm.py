@@ -234,7 +234,7 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     """Keep the top-k tokens and/or the top-p nucleus; the others get -inf.
 
     Args:
-        logits: (..., vocab) unnormalised scores.
+        logits: (..., vocab) unnormalized scores.
         top_k: keep the k highest logits (exactly k: ``torch.topk`` picks
             which of the tokens tied at the k-th value stay), or None. Fan
             et al. (2018).

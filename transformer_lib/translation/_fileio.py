@@ -7,7 +7,7 @@ and renaming it into place must never leave a half-written file under the real n
 Two processes writing the same place at once must not interleave their files: hence
 ``FileLock``, a lock file created with ``O_CREAT | O_EXCL`` (one atomic operation on every
 operating system and on network file systems), holding the pid and host of its owner so that a
-lock left behind by a dead process can be recognised.
+lock left behind by a dead process can be recognized.
 """
 
 from __future__ import annotations

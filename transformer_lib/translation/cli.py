@@ -148,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
                                                       "the checkpoint config's beam_size)")
     decoding.add_argument("--length-penalty", type=_alpha,
                           help="beam search's length penalty alpha (default: the checkpoint "
-                               "config's length_penalty; larger favours longer translations)")
+                               "config's length_penalty; larger favors longer translations)")
     decoding.add_argument("--precision", choices=_PRECISIONS, default="auto",
                           help=_INFER_PRECISION)
     decoding.add_argument("--max-input-len", type=positive_int, default=256,

@@ -36,7 +36,7 @@ __all__ = [
 
 # Keys that may differ when a run is resumed: how long to train, where the data is, how often
 # to save and validate, how to decode. Everything else defines the run (the model, the data it
-# sees, the optimisation and its numerics) and must stay as it was.
+# sees, the optimization and its numerics) and must stay as it was.
 RESUMABLE_CHANGES = frozenset({
     "epochs", "time_limit_min", "max_steps", "data_dir", "save_every", "keep_last", "average_last",
     "bleu_every", "beam_size", "length_penalty", "max_len_a", "max_len_b",
@@ -80,7 +80,7 @@ class Config:
     share_embeddings: bool = True
     positional: str = "sinusoidal"
     max_positions: int = 5000  # rows of the position table (a hard limit when "learned")
-    # optimisation
+    # optimization
     epochs: int = 20
     accum: int = 1  # micro-batches per optimizer step and process
     lr_factor: float = 1.0  # the Noam schedule's scale
@@ -330,7 +330,7 @@ def config_from_saved(values: Any, where: str | Path) -> Config:
     """The Config a run saved (its ``config.json``), read by today's rules.
 
     Keys that no longer exist are dropped; a key that did not exist yet has its default (the
-    behaviour the run had); old names are read by their meaning then; ``fast`` means what it
+    behavior the run had); old names are read by their meaning then; ``fast`` means what it
     means now. Raises ValueError naming `where` for anything that is not a valid config.
     """
     if not isinstance(values, dict):

@@ -8,7 +8,7 @@ with a clear error (keeping the last good checkpoint) when the loss diverges, an
 step budget. The run directory's lock and checks are ``rundir``'s.
 
 The global batch of one optimizer step is ``accum * world_size`` micro-batches; each process takes
-every ``world_size``-th one. The loss is normalised by the token count of the *global* batch, so
+every ``world_size``-th one. The loss is normalized by the token count of the *global* batch, so
 one process with ``accum=2`` and two processes with ``accum=1`` compute the same update.
 """
 

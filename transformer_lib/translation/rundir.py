@@ -102,7 +102,7 @@ def _only_a_start(run_dir: Path, held: list[str]) -> bool:
 
     Checked by content, not only by name: a config.json or tokenizer.json of the user's own
     is not the debris of a run. config.json must be a run's config and provenance.json a
-    run's record (it comes second, so a run stopped before it is not recognised: refused).
+    run's record (it comes second, so a run stopped before it is not recognized: refused).
     """
     if not set(held) <= _START_FILES or not {"config.json", PROVENANCE_FILE} <= set(held):
         return False
@@ -165,7 +165,7 @@ def check_same_config(cfg: Config, saved: dict[str, Any], where: Path) -> None:
     """Raise ValueError listing every key outside ``RESUMABLE_CHANGES`` that differs."""
     now = dataclasses.asdict(cfg)
     # Read by today's rules: a key missing from the saved config did not exist yet when the
-    # run started, so the run had its default's behaviour.
+    # run started, so the run had its default's behavior.
     then = dataclasses.asdict(config_from_saved(saved, where))
     differ = [
         f"{k}: {then[k]!r} in the run, {now[k]!r} now"
