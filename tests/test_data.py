@@ -83,7 +83,7 @@ def test_text_is_raw_cased_and_untokenized():
 def test_limit_takes_a_prefix():
     assert data.load_multi30k("val", DATA, limit=7) == data.load_multi30k("val", DATA)[:7]
     assert data.load_multi30k("val", DATA, limit=0) == []
-    with pytest.raises(ValueError, match="limit must be None or >= 0"):
+    with pytest.raises(ValueError, match="limit must be None or an integer >= 0"):
         data.load_multi30k("val", DATA, limit=-1)
 
 
@@ -148,6 +148,11 @@ def test_mismatched_line_counts(tmp_path):
         ({"split": "dev"}, r"split must be one of \['test', 'train', 'val'\], got 'dev'"),
         ({"split": "val", "src_lang": "fr"}, r"language must be one of \['de', 'en'\], got 'fr'"),
         ({"split": "val", "tgt_lang": "de"}, "src_lang and tgt_lang must differ"),
+        # a str, a float or a bool reached a comparison or a slice: TypeError, or (True) one pair
+        ({"split": "val", "limit": "5"}, r"limit must be None or an integer >= 0, got '5'"),
+        ({"split": "val", "limit": 2.5}, r"limit must be None or an integer >= 0, got 2\.5"),
+        ({"split": "val", "limit": True}, r"limit must be None or an integer >= 0, got True"),
+        ({"split": "val", "limit": -1}, r"limit must be None or an integer >= 0, got -1"),
     ],
 )
 def test_bad_arguments(tmp_path, kwargs, message):
@@ -588,7 +593,7 @@ def test_make_batches_errors():
     examples = [([1] * 3, [1] * 3), ([1] * 20, [1] * 2)]
     with pytest.raises(ValueError, match=r"max_tokens=10 is smaller than example 1, .* 21"):
         data.make_batches(examples, 10, shuffle=False, seed=0)
-    with pytest.raises(ValueError, match="max_tokens must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1, got 0"):
         data.make_batches(examples, 0, shuffle=False, seed=0)
 
 
@@ -629,3 +634,10 @@ def test_collate_refuses_an_index_outside_the_examples(indices, bad):
     examples = [([5, 6, 7], [8]), ([9], [10, 11, 12, 13])]
     with pytest.raises(ValueError, match=rf"indices must be in \[0, 2\), got {bad}$"):
         data.collate(examples, indices)
+
+
+@pytest.mark.parametrize("max_tokens", ["625", 62.5, True, 0, None])
+def test_make_batches_names_a_max_tokens_that_is_not_a_positive_integer(max_tokens):
+    # "625" and None failed inside a comparison; True packed one token per batch
+    with pytest.raises(ValueError, match=r"max_tokens must be an integer >= 1, got "):
+        data.make_batches([([5, 6], [7])], max_tokens, shuffle=False, seed=0)

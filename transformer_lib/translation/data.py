@@ -201,8 +201,9 @@ def load_multi30k(
     """
     if src_lang == tgt_lang:
         raise ValueError(f"src_lang and tgt_lang must differ, both are {src_lang!r}")
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be None or >= 0, got {limit}")
+    # bool is an int to Python: limit=True would keep one pair without a word
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be None or an integer >= 0, got {limit!r}")
     folder = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     src_path = folder / _file_names(split, src_lang)
     tgt_path = folder / _file_names(split, tgt_lang)
@@ -492,8 +493,8 @@ def make_batches(
 
     Returns a list of batches, each a list of indices into `examples`; every index appears once.
     """
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
     lengths = [example_length(ex) for ex in examples]
     too_long = [i for i, n in enumerate(lengths) if n > max_tokens]
     if too_long:

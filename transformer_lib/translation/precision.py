@@ -48,7 +48,7 @@ def precision_note(precision: str, device: torch.device | str, *, fast: bool = F
     here = f"this {'GPU' if device.type == 'cuda' else device.type.upper()}"
     if fast and not native:
         return (f"precision: fp32 (fast: {here} has no native bfloat16, where bf16 autocast is "
-                "emulated and ~20x slower; fast trains in fp32 with the paper's dropout "
+                "emulated and 20-40x slower; fast trains in fp32 with the paper's dropout "
                 "placement)")
     if precision == "auto":
         return f"precision: {used} (auto: {here} has {'' if native else 'no '}native bfloat16)"
