@@ -638,6 +638,6 @@ def test_collate_refuses_an_index_outside_the_examples(indices, bad):
 
 @pytest.mark.parametrize("max_tokens", ["625", 62.5, True, 0, None])
 def test_make_batches_names_a_max_tokens_that_is_not_a_positive_integer(max_tokens):
-    # "625" and None failed inside a comparison; True packed one token per batch
+    # "625" and None failed inside a comparison; True was taken for 1, 62.5 used as is
     with pytest.raises(ValueError, match=r"max_tokens must be an integer >= 1, got "):
         data.make_batches([([5, 6], [7])], max_tokens, shuffle=False, seed=0)
