@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, AnyStr
 
 import torch
 
+from transformer_lib.attention import check_positive_int
 from transformer_lib.translation._fileio import sha256_file
 from transformer_lib.translation._http import Deadline, fetch
 
@@ -493,8 +494,7 @@ def make_batches(
 
     Returns a list of batches, each a list of indices into `examples`; every index appears once.
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+    max_tokens = check_positive_int(max_tokens, "max_tokens")
     lengths = [example_length(ex) for ex in examples]
     too_long = [i for i, n in enumerate(lengths) if n > max_tokens]
     if too_long:
