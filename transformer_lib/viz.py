@@ -28,12 +28,35 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import altair as alt
 
-__all__ = ["setup_altair", "in_book_build", "attention_heatmap", "show_explorer", "COLORS"]
+__all__ = [
+    "setup_altair", "in_book_build", "attention_heatmap", "show_explorer", "glue", "COLORS",
+]
 
 # Okabe–Ito palette: distinguishable with the common forms of colour blindness.
 COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
 _seen: dict[str, int] = {}
+
+# myst-nb's glue store: the site's `{glue:text}` roles read outputs of this form.
+GLUE_PREFIX = "application/papermill.record/"
+
+
+def glue(name: str, variable: Any, display: bool = True) -> None:
+    """Store `variable`'s displayed form under `name` for the book's text (myst-nb's ``glue``).
+
+    The chapters' prose quotes numbers computed in their cells: the site's build pastes each
+    stored value where the text names it, and the reader editions of the notebooks
+    (tools/reader_edition.py) do the same from the same outputs. The output is exactly what
+    ``myst_nb.glue`` writes, so the book builds as before, while a reader's kernel (Colab,
+    Binder) needs only IPython, not myst-nb and the Sphinx it brings.
+    """
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display as ipy_display
+
+    mimebundle, metadata = format_display_data(variable)
+    mime_prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = {"name": name, "mime_prefix": mime_prefix}
+    ipy_display({mime_prefix + k: v for k, v in mimebundle.items()}, raw=True, metadata=metadata)
 
 
 def in_book_build() -> bool:
