@@ -18,7 +18,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -225,9 +224,19 @@ def tmp_prefix(path: Path, pid: int) -> str:
 
 
 def new_tmp_dir(path: Path) -> Path:
-    """An empty directory next to `path`, to fill and then ``replace_dir`` into place."""
+    """An empty directory next to `path`, to fill and then ``replace_dir`` into place.
+
+    Made 0777 less the umask, as ``mkdir`` makes any directory (``tempfile.mkdtemp`` makes it
+    0700: a checkpoint no one else could read, whatever the umask said).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=path.parent, prefix=tmp_prefix(path, os.getpid())))
+    while True:
+        tmp = path.parent / f"{tmp_prefix(path, os.getpid())}{uuid.uuid4().hex[:8]}"
+        try:
+            tmp.mkdir(0o777)
+            return tmp
+        except FileExistsError:  # as mkdtemp does: another name
+            continue
 
 
 def _swap_lock(path: Path, what: str) -> FileLock:

@@ -122,17 +122,16 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def _write_tensors(path: Path, tensors: Mapping[str, torch.Tensor], meta: dict[str, str]) -> None:
     from safetensors import SafetensorError
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    try:
-        save_file(dict(tensors), str(path), metadata=meta)
-    except SafetensorError as e:  # an I/O error (disk full, file too large), as Rust says it
+    try:  # bytes, written as open() would (save_file creates its file 0600 whatever the umask)
+        blob = save(dict(tensors), metadata=meta)
+    except SafetensorError as e:
         code = re.search(r"os error (\d+)", str(e))
         if code is None:
             raise OSError(errno.EIO, f"could not write it: {e}", str(path)) from e
         raise OSError(int(code[1]), os.strerror(int(code[1])), str(path)) from e
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
+    write_durably(path, blob)
 
 
 def _fill(
