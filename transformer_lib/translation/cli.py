@@ -11,13 +11,17 @@
     python -m transformer_lib evaluate --precision fp32   # default auto: bf16 where native
     echo "Ein Hund rennt im Schnee." | \
         python -m transformer_lib translate --checkpoint runs/shipped/best
+    python -m transformer_lib translate sentences.de.txt > sentences.en.txt
+
+The console script ``transformer-lib`` is the same command (``transformer-lib --version``).
 
 Without ``--checkpoint``, ``evaluate`` and ``translate`` use the model that ships with the
 package (``transformer_lib.load_pretrained``). Each command is one call into the package:
 ``loop.train``, ``inference.evaluate`` (a Multi30k split) or ``inference.translate_and_score``
-(``--src``/``--ref``), and ``inference.translate_sentences`` for each batch of stdin lines as
-they arrive (``translate`` writes each line's translation as soon as its batch is done). Both
-refuse a source line of more than ``--max-input-len`` subwords, before decoding anything.
+(``--src``/``--ref``), and ``inference.translate_sentences`` for each batch of lines of FILE
+or stdin as they arrive (``translate`` writes each line's translation as soon as its batch is
+done). Both refuse a source line of more than ``--max-input-len`` subwords, before decoding
+anything.
 
 A user error prints one line ``error: ...`` on stderr and exits with status 2 (bad arguments)
 or 1 (anything that fails while running); ``--debug`` prints the traceback instead.
@@ -26,6 +30,8 @@ or 1 (anything that fails while running); ``--debug`` prints the traceback inste
 from __future__ import annotations
 
 import argparse
+import codecs
+import itertools
 import json
 import math
 import os
@@ -34,6 +40,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = ["main", "positive_int"]
 
@@ -107,12 +114,28 @@ _INFER_PRECISION = ("autocast precision (default auto: bf16 where this machine h
                     "translation never depends on the lines decoded with it; in bf16 it rarely can")
 
 
+def _prog() -> str:
+    """The command as typed: ``transformer-lib`` (the console script) or ``python -m
+    transformer_lib`` (argparse would say ``__main__.py`` before Python 3.12)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m transformer_lib" if name in ("", "-c", "__main__.py") else name
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:  # the distribution's name (pyproject.toml), not the import name
+        return version("annotated-transformer-book")
+    except PackageNotFoundError:  # a source tree on sys.path, never installed
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="on an error, print the traceback instead of one line")
-    p = _Parser(prog="python -m transformer_lib", description=__doc__.splitlines()[0],
-                parents=[common])
+    p = _Parser(prog=_prog(), description=__doc__.splitlines()[0], parents=[common])
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a translation model on Multi30k", parents=[common])
@@ -157,7 +180,9 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a split or a file pair",
                        parents=[decoding])
-    e.add_argument("--split", default="test", choices=["train", "val", "test"])
+    e.add_argument("--split", default="test", choices=["train", "val", "test"],
+                   help="the Multi30k split to score (default test: the 2016 Flickr test set, "
+                        "1,000 sentences)")
     e.add_argument("--src", help="score this file of source sentences (one per line; plain or "
                                  ".gz) instead of a Multi30k split; needs --ref")
     e.add_argument("--ref", help="the reference translations of --src, line by line")
@@ -166,7 +191,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=positive_int, help="only the first n sentences")
     e.add_argument("--output", help="write the JSON result (with hypotheses) here")
 
-    tr = sub.add_parser("translate", help="translate stdin lines to stdout", parents=[decoding])
+    tr = sub.add_parser("translate", help="translate the lines of FILE (or stdin) to stdout",
+                        parents=[decoding])
+    tr.add_argument("file", nargs="?", metavar="FILE", type=_named_path,
+                    help="UTF-8 text, one sentence per line (default, or -: standard input)")
     tr.add_argument("--int8", action="store_true",
                     help="on the CPU, with int8 linear layers (dynamic quantization): faster, "
                          "BLEU within a few tenths of fp32 (bench/translate.py measures both)")
@@ -176,6 +204,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run a command; return the exit status (0 ok, 1 runtime error, 2 usage error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if sys.stderr is None:  # `2>&-`: print(file=None) would write errors among the output
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process
     try:
         args = _parser().parse_args(argv)
     except _UsageError as e:
@@ -231,6 +261,10 @@ def _run(args: argparse.Namespace) -> int:
     from transformer_lib.translation import config, inference, loop
     from transformer_lib.translation.precision import precision_note
 
+    if sys.stdout is None and args.command != "train" and getattr(args, "output", None) is None:
+        # `>&-`: the work would be done and its result dropped (translate: an AttributeError)
+        raise ValueError(f"standard output is closed: {args.command} writes its result there; "
+                         "redirect it to a file instead of closing it")
     if args.command == "train":
         if Path(args.config).is_dir():  # else open() says only "[Errno 21] Is a directory"
             raise ValueError(f"--config {args.config!r} is a directory: name a TOML file "
@@ -270,20 +304,35 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _translate(args: argparse.Namespace) -> int:
-    """stdin to stdout, one output line per input line, written as soon as its batch is
-    translated: lines are read and translated as they arrive. A bad line gets an empty output
-    line and an error on stderr (exit status 1), and the other lines are still translated."""
+    """FILE (or stdin) to stdout, one output line per input line, written as soon as its batch
+    is translated: lines are read and translated as they arrive. A bad line gets an empty
+    output line and an error on stderr (exit status 1), and the other lines are still
+    translated."""
+    if args.int8 and args.precision == "bf16":
+        raise _UsageError("--int8 computes in int8 and fp32: it does not go with --precision bf16")
+    if args.file is None or args.file == "-":
+        if sys.stdin is None:  # `<&-` (or a service with no stdin): before the model is loaded
+            raise ValueError("no input: standard input is closed; pipe or type the sentences "
+                             "in, one per line, or name a file")
+        return _translate_stream(args, getattr(sys.stdin, "buffer", None))
+    path = Path(args.file)
+    if path.is_dir():
+        raise ValueError(f"FILE {args.file!r} is a directory: name a text file")
+    try:  # opened before the model is loaded: a wrong name fails at once
+        with open(path, "rb") as f:
+            return _translate_stream(args, f)
+    except FileNotFoundError:
+        raise ValueError(f"FILE {args.file!r} does not exist") from None
+
+
+def _translate_stream(args: argparse.Namespace, stream: BinaryIO | None) -> int:
+    """``translate`` of the lines of `stream` (None: ``sys.stdin``, a text stream)."""
     import functools
 
     import torch
 
     from transformer_lib.translation import inference, quantize
 
-    if args.int8 and args.precision == "bf16":
-        raise _UsageError("--int8 computes in int8 and fp32: it does not go with --precision bf16")
-    if sys.stdin is None:  # `<&-` (or a service with no stdin): before the model is loaded
-        raise ValueError("no input: standard input is closed; pipe or type the sentences in, "
-                         "one per line")
     if args.int8:  # int8 kernels are the CPU's, even where there is a GPU
         model, tok, cfg = inference.load_model(_checkpoint(args), torch.device("cpu"))
         model = quantize.quantize_int8(model)
@@ -303,15 +352,15 @@ def _translate(args: argparse.Namespace) -> int:
     # UTF-8 spends at most 4 bytes on a character: a longer line is refused as it streams past
     most = 4 * inference.source_character_limit(tok, limit)
     failed = False
-    for batch in _line_batches(_stdin_chunks(), most):
+    for batch in _line_batches(_as_utf8(_chunks(stream)), most):
         failed |= _translate_lines(batch, translate, f"more than {most:,} bytes", limit)
     return 1 if failed else 0
 
 
-def _stdin_chunks() -> Iterator[bytes]:
-    """stdin's bytes as they arrive: a read returns what is there (up to 64 KiB) and waits only
-    when nothing is, so a line typed or piped in is translated without waiting for more."""
-    stream = getattr(sys.stdin, "buffer", None)
+def _chunks(stream: BinaryIO | None) -> Iterator[bytes]:
+    """The bytes of `stream` (None: ``sys.stdin``) as they arrive: a read returns what is there
+    (up to 64 KiB) and waits only when nothing is, so a line typed or piped in is translated
+    without waiting for more."""
     while True:
         if stream is not None:
             chunk = stream.read1(1 << 16)
@@ -320,6 +369,50 @@ def _stdin_chunks() -> Iterator[bytes]:
         if not chunk:
             return
         yield chunk
+
+
+def _as_utf8(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """`chunks` as UTF-8: UTF-16 (Windows' "Unicode" text) is recognized and decoded.
+
+    Split on b"\n" as it stands, UTF-16 puts the NUL byte of each newline on the next line:
+    one line more than the input has, each but the first read as NUL-interleaved bytes. It is
+    recognized by its byte order mark, or without one by NUL bytes at every other position of
+    the first chunk, which UTF-8 text does not have; stderr says so.
+    """
+    chunks = iter(chunks)
+    first = next(chunks, b"")
+    encoding = _utf16_encoding(first)
+    if encoding is None:
+        if first:
+            yield first
+        yield from chunks
+        return
+    print(f"note: input is UTF-16 (or not UTF-8): read as {encoding.upper()}; save it as UTF-8 "
+          "to skip this guess", file=sys.stderr)
+    decoder = codecs.getincrementaldecoder(encoding)()
+    try:
+        for chunk in itertools.chain([first], chunks):
+            yield decoder.decode(chunk).encode("utf-8", "surrogatepass")
+        yield decoder.decode(b"", final=True).encode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"input is not valid {encoding.upper()} (nor UTF-8): {e.reason} "
+                         "after the lines written") from None
+
+
+def _utf16_encoding(head: bytes) -> str | None:
+    """The codec of UTF-16 text starting with `head`, or None when it does not look like it."""
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"  # the decoder reads the mark and drops it
+    pairs = len(head) // 2
+    if pairs < 2 or b"\0" not in head:
+        return None
+    odd = sum(1 for i in range(1, 2 * pairs, 2) if head[i] == 0)  # "a\0" little-endian
+    even = sum(1 for i in range(0, 2 * pairs, 2) if head[i] == 0)
+    if odd >= pairs * 3 // 4 and even == 0:
+        return "utf-16-le"
+    if even >= pairs * 3 // 4 and odd == 0:
+        return "utf-16-be"
+    return None
 
 
 def _line_batches(
