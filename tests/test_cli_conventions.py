@@ -17,6 +17,7 @@ import torch
 
 from transformer_lib import translation
 from transformer_lib.translation import cli
+from transformer_lib.translation._lines import utf16_encoding
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ["Ein Hund rennt.", "Zwei Männer."]
@@ -97,8 +98,8 @@ def test_utf16_input_is_said_and_keeps_line_alignment(checkpoint_dir, capsys, mo
 
 
 def test_utf8_with_a_nul_byte_is_not_taken_for_utf16():
-    assert cli._utf16_encoding(b"Ein Hund\0 rennt.\n") is None
-    assert cli._utf16_encoding(b"Ein Hund.\n") is None
+    assert utf16_encoding(b"Ein Hund\0 rennt.\n") is None
+    assert utf16_encoding(b"Ein Hund.\n") is None
 
 
 def _shell(command: str, stdin: str = "") -> subprocess.CompletedProcess:
