@@ -117,10 +117,10 @@ def default_data_dir() -> Path:
 def _cache_dir() -> Path:
     import platformdirs
 
-    # platformdirs honours an absolute XDG_CACHE_HOME on Linux and macOS; on Windows so do we,
-    # as torch.hub does: one variable moves the cache on every system (the tests use it)
+    # An absolute XDG_CACHE_HOME moves the cache on every system, as for torch.hub (the tests
+    # use it); platformdirs would honour it on Linux and macOS only
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    if sys.platform == "win32" and os.path.isabs(xdg):
+    if os.path.isabs(xdg):
         return Path(xdg) / "transformer_lib" / "multi30k"
     # appauthor=False: no publisher folder on Windows (%LOCALAPPDATA%\transformer_lib\Cache)
     return platformdirs.user_cache_path("transformer_lib", appauthor=False) / "multi30k"
