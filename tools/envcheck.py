@@ -184,12 +184,22 @@ def data() -> list[str]:
         f"multi30k folder: {where} ({kind}; {how})",
         f"multi30k files found: {len(present)} of {len(MULTI30K_FILES)}{missing}",
     ]
-    # The local mirror of the machines this book is written on: tools/tasks.py points
+    # The task runner's optional local mirror (tools/tasks.py, LOCAL_MULTI30K): it points
     # MULTI30K_DIR at it, so a report printed through the task runner reads it.
-    mirror = ROOT.parent / "shared" / "data" / "multi30k"
+    mirror = _tasks_module().LOCAL_MULTI30K
     if mirror.is_dir() and not env:
         lines.append(f"local mirror: {mirror} (tools/tasks.py sets MULTI30K_DIR to it)")
     return lines
+
+
+@functools.cache
+def _tasks_module() -> ModuleType:
+    """tools/tasks.py (standard library only), loaded from its file: the one place that names
+    the local Multi30k mirror."""
+    spec = importlib.util.spec_from_file_location("_envcheck_tasks", ROOT / "tools" / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.cache
