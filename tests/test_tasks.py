@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _tools import load_tool
+from _tools import load_tool, make_free_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,19 +87,6 @@ def _readme_pairs() -> list[tuple[str, str]]:
     pairs += [(m, t) for t, m in re.findall(r"^python tools/tasks.py (.+?) +# or: (make .+)$",
                                             text, re.M)]  # fmt: skip
     return pairs
-
-
-def make_free_env() -> dict[str, str]:
-    """This environment without what a running make puts into it: its own variables
-    (MAKEFLAGS, MAKELEVEL, ...: a sub-make prints "make[1]: Entering directory" lines) and the
-    Makefile's variables given on its command line (`make test-emulated CPU=avx2` exports
-    CPU=avx2, which a fresh `make -n test-emulated` would otherwise take for its own)."""
-    text = (ROOT / "Makefile").read_text(encoding="utf-8")
-    makefile_vars = set(re.findall(r"^([A-Za-z_]\w*)\s*[?:+]?=", text, re.M))  # assigned
-    makefile_vars |= set(re.findall(r"\$\(([A-Za-z_]\w*)\)", text))  # read (NB)
-    drop = makefile_vars | {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TERMOUT",
-                            "MAKE_TERMERR", "GNUMAKEFLAGS"}
-    return {k: v for k, v in os.environ.items() if k not in drop}
 
 
 def test_the_make_free_environment_drops_make_and_makefile_variables(monkeypatch):
