@@ -71,14 +71,7 @@ def attention(
     "Attention Is All You Need", Section 3.2.1 (Equation 1). Defined in
     chapter 1.
     """
-    _check_qkv(query, key, value)
-    if query.size(-1) != key.size(-1):
-        raise ValueError(
-            f"query and key must have the same d_k (last dimension), "
-            f"got query {tuple(query.shape)} and key {tuple(key.shape)}"
-        )
-    if dropout is not None and not callable(dropout):
-        raise ValueError(f"dropout must be an nn.Module (e.g. nn.Dropout) or None, got {dropout!r}")
+    _check_attention_args(query, key, value, dropout)  # names a bad argument
     d_k = query.size(-1)
     # 1) scores: every query against every key, scaled by 1/√d_k
     # (..., q_len, k_len)
@@ -219,6 +212,19 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
             f"{tuple(query.shape)}, key {tuple(key.shape)} and value "
             f"{tuple(value.shape)} must broadcast"
         ) from None
+
+
+def _check_attention_args(query: Tensor, key: Tensor, value: Tensor, dropout: object) -> None:
+    """The checks of :func:`attention`: :func:`_check_qkv`, one d_k for
+    query and key, and a callable dropout (or None)."""
+    _check_qkv(query, key, value)
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key must have the same d_k (last dimension), "
+            f"got query {tuple(query.shape)} and key {tuple(key.shape)}"
+        )
+    if dropout is not None and not callable(dropout):
+        raise ValueError(f"dropout must be an nn.Module (e.g. nn.Dropout) or None, got {dropout!r}")
 
 
 class AdditiveAttention(nn.Module):
