@@ -58,7 +58,7 @@ def test_test_task_runs_every_check_over_the_whole_repository(no_browser):
     given = [w for w in nbval[-1].split() if w.startswith("chapters/")]
     every = sorted(f"chapters/{p.name}" for p in (ROOT / "chapters").glob("*.ipynb"))
     assert sorted(given) == every and len(every) >= 11
-    assert given[0] == "chapters/06_training.ipynb" and "--no-loadscope-reorder" in nbval[-1]
+    assert given[0] == "chapters/08_translation.ipynb" and "--no-loadscope-reorder" in nbval[-1]
     assert "OMP_NUM_THREADS=1" in nbval[-1]
     assert book_check[-1].split()[-2:] == ["-q", "tests/site"]  # with the browser, on Linux
 
