@@ -41,7 +41,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
-from reader_markdown import MARKDOWN_SPECIAL, Context, ReaderError, render_markdown
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reader_markdown import (  # noqa: E402  (the module beside this script, not installed)
+    MARKDOWN_SPECIAL,
+    Context,
+    ReaderError,
+    render_markdown,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
@@ -284,6 +291,13 @@ def edition_text(chapter_path: Path, book: Book) -> str:
         raise ReaderError(f"{chapter_path.name}: {e}") from None
 
 
+def _shown(path: Path) -> str:
+    try:
+        return path.relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", type=Path, help="default: chapters/*.ipynb")
@@ -299,22 +313,22 @@ def main(argv: list[str] | None = None) -> int:
             current = target.read_text(encoding="utf-8") if target.exists() else None
             if args.check:
                 if current != text:
-                    stale.append(target.relative_to(ROOT).as_posix())
+                    stale.append(_shown(target))
             elif current != text:
                 OUT.mkdir(exist_ok=True)
                 target.write_text(text, encoding="utf-8")
-                print(f"wrote {target.relative_to(ROOT).as_posix()}")
+                print(f"wrote {_shown(target)}")
     except ReaderError as e:
         print(f"reader_edition: {e}", file=sys.stderr)
         return 1
     extra = sorted({p.name for p in OUT.glob("*.ipynb")} - {p.name for p in chapters})
     if everything and extra:
         if args.check:
-            stale += [f"notebooks/{name} (no chapter of that name)" for name in extra]
+            stale += [f"{_shown(OUT / name)} (no chapter of that name)" for name in extra]
         else:
             for name in extra:
                 (OUT / name).unlink()
-                print(f"removed notebooks/{name} (no chapter of that name)")
+                print(f"removed {_shown(OUT / name)} (no chapter of that name)")
     if stale:
         print("reader editions out of date (run `python tools/reader_edition.py`):\n  "
               + "\n  ".join(stale), file=sys.stderr)  # fmt: skip
