@@ -119,8 +119,17 @@ def glue_text(role: str, content: str, ctx: Context) -> str:
         text = format_plain_text(data["text/plain"], fmt or ("s" if role == "glue:text" else ""))
     except (TypeError, ValueError) as e:
         raise ReaderError(f"{{{role}}}`{content}`: cannot format the stored value: {e}") from e
+    text = smartquotes(text)
     ctx.glued.append((key, text))
     return MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def smartquotes(text: str) -> str:
+    """`text` as Sphinx's SmartQuotes transform shows it on the site (smartquotes_action "qDe":
+    quotes curled, -- and --- as dashes, ... as an ellipsis)."""
+    from docutils.utils.smartquotes import smartyPants
+
+    return smartyPants(text, "qDe", "en")
 
 
 def _glued(key: str, ctx: Context) -> dict[str, str]:
