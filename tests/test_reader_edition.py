@@ -80,9 +80,10 @@ def test_code_cells_and_outputs_are_the_chapters_and_ids_are_kept(name):
             assert ours["metadata"] == theirs["metadata"]
     ids = [c["id"] for c in edition["cells"]]
     assert len(ids) == len(set(ids)) and reader.NOTE_ID in ids
-    # the note sits right under the title
+    # the note sits on top: right above the title, below the (folded) setup cell only
     note = ids.index(reader.NOTE_ID)
-    assert "".join(edition["cells"][note - 1]["source"]).lstrip().startswith("# ")
+    assert "".join(edition["cells"][note + 1]["source"]).lstrip().startswith("# ")
+    assert all(c["cell_type"] == "code" for c in edition["cells"][:note])
 
 
 @pytest.mark.parametrize("name", NAMES)

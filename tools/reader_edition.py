@@ -12,7 +12,7 @@ executed: every code cell, with its outputs, metadata and id, is the chapter's o
 markdown cell keeps its id and its text is rendered to plain Markdown (tools/reader_markdown.py
 says what becomes what: glued values as the site pastes them, citations "(Vaswani et al., 2017)",
 figures embedded with their captions, solutions in closed ``<details>``, links to the site's
-pages). Two cells are added, with fixed ids: a note under the title (the numbers in the text come
+pages). Two cells are added, with fixed ids: a note above the title (the numbers in the text come
 from the book's run; a reader's run may differ in the last digits) and, when the chapter cites
 anything, its references at the end.
 
@@ -249,15 +249,16 @@ def render_notebook(
             cells.append(copy.deepcopy(cell))
             continue
         source = texts.get(cell["id"], "".join(cell["source"]))
+        if not title_seen and re.match(r"#\s", source.lstrip()):
+            # the note on top, above the title (the setup cell before it is folded)
+            title_seen = True
+            note = texts.get(NOTE_ID, NOTE.format(site=book.site))
+            cells.append(_markdown_cell(NOTE_ID, render_markdown(note, ctx)))
         try:
             text = render_markdown(source, ctx)
         except ReaderError as e:
             raise ReaderError(f"cell {cell['id']}: {e}") from None
         cells.append({**copy.deepcopy(cell), "source": _lines(text)})
-        if not title_seen and re.match(r"#\s", source.lstrip()):
-            title_seen = True
-            note = texts.get(NOTE_ID, NOTE.format(site=book.site))
-            cells.append(_markdown_cell(NOTE_ID, render_markdown(note, ctx)))
     if not title_seen:
         raise ReaderError("the chapter has no title cell (# N. Title)")
     if ctx.cited:
