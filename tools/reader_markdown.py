@@ -3,8 +3,9 @@
 Used by tools/reader_edition.py, which documents the whole reader edition. This module knows the
 Markdown: which MyST constructs the chapters use and what each becomes.
 
-- ``{glue:text}`name``, ``{glue:text}`name:.2f``, ``{glue}`name`` (text/plain only) and
-  ``{glue:md}`name``: the stored value, formatted as myst-nb's roles format it on the site;
+- ``{glue:text}`name`` and ``{glue:text}`name:.2f``: the stored value, formatted as myst-nb's
+  role formats it and curled as Sphinx's SmartQuotes curls it on the site; ``{glue:md}`name``:
+  the stored Markdown (``{glue}`name``, which pastes the output itself, is refused);
 - ``{cite}`a,b`` (``{cite:p}``): "(A et al., 2017; B and C, 2014)"; ``{cite:t}``: "A et al. (2017)";
 - ``{numref}`label`` (or ``{numref}`Figure %s <label>``): "Fig. N", linked to the site's page;
 - ```` ```{admonition} Title ```` with ``:class: dropdown``: ``<details><summary>Title</summary>``
@@ -102,24 +103,23 @@ def format_plain_text(text: str, fmt_spec: str) -> str:
 def glue_text(role: str, content: str, ctx: Context) -> str:
     """The text a glue role shows on the site, for Markdown (special characters escaped)."""
     if role == "glue:md":
-        key = content.rsplit(":", 1)[0] if ":" in content else content
+        key = content.rsplit(":", 1)[0]
         data = _glued(key, ctx)
         if "text/markdown" not in data:
             raise ReaderError(f"{{glue:md}}`{content}`: no text/markdown stored under {key!r}")
         ctx.glued.append((key, data["text/markdown"]))
         return data["text/markdown"]
-    key, _, fmt = content.rpartition(":") if role == "glue:text" and ":" in content else (
-        content, "", "")
+    if role != "glue:text":
+        # {glue}`name` pastes the output itself (a repr in a code style, a chart): not text
+        raise ReaderError(f"{{{role}}}`{content}`: use {{glue:text}} for a value in the prose")
+    key, _, fmt = content.rpartition(":") if ":" in content else (content, "", "s")
     data = _glued(key, ctx)
-    if set(data) - {"text/plain"} and role == "glue":
-        raise ReaderError(f"{{glue}}`{key}` pastes {sorted(data)}: only text/plain is supported")
     if "text/plain" not in data:
-        raise ReaderError(f"{{{role}}}`{content}`: no text/plain stored under {key!r}")
+        raise ReaderError(f"{{glue:text}}`{content}`: no text/plain stored under {key!r}")
     try:
-        text = format_plain_text(data["text/plain"], fmt or ("s" if role == "glue:text" else ""))
+        text = smartquotes(format_plain_text(data["text/plain"], fmt))
     except (TypeError, ValueError) as e:
-        raise ReaderError(f"{{{role}}}`{content}`: cannot format the stored value: {e}") from e
-    text = smartquotes(text)
+        raise ReaderError(f"{{glue:text}}`{content}`: cannot format the stored value: {e}") from e
     ctx.glued.append((key, text))
     return MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
@@ -170,7 +170,7 @@ def numref_text(content: str, ctx: Context) -> str:
 
 
 def render_role(role: str, content: str, ctx: Context) -> str:
-    if role in ("glue", "glue:text", "glue:md"):
+    if role.startswith("glue"):
         return glue_text(role, content, ctx)
     if role in ("cite", "cite:p", "cite:t"):
         return cite_text(role, content, ctx)
