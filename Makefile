@@ -19,8 +19,9 @@ book:
 test:
 	$(TASKS) test
 
-# unit + nbval again on an imitated older CPU (CPU=avx2 for the other kind): the stored outputs
-# and the tests' thresholds must not depend on the machine that wrote them.
+# unit + nbval again on an imitated older CPU (CPU=avx2 or CPU=avx512, AVX-512 without bf16, for
+# the other kinds): the stored outputs and the tests' thresholds must not depend on the machine
+# that wrote them.
 CPU ?= baseline
 test-emulated:
 	$(TASKS) test-emulated $(CPU)

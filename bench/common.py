@@ -64,11 +64,12 @@ def machine_description() -> dict[str, Any]:
 
     The keys the chapters read (``cpu_model``, ``cpu_flags``, ``logical_cores``,
     ``torch_version``, ``torch_threads``, ``load_average_start``) keep their names.
-    ``bf16_native``: whether oneDNN runs bfloat16 natively on this CPU (elsewhere bf16
-    autocast is emulated and slower than fp32); ``precision_auto``: what the trainer's
+    ``bf16_native``: whether this CPU runs bfloat16 natively, i.e. has bf16 instructions
+    (x86 AVX512_BF16 or AMX-BF16, Arm BF16) that ``ONEDNN_MAX_CPU_ISA`` leaves on (elsewhere
+    bf16 autocast is emulated and slower than fp32); ``precision_auto``: what the trainer's
     precision "auto" (and ``fast``) resolves to on it; ``isa_environment`` and
     ``emulated``: the variables of :data:`ISA_VARIABLES` that are set (such a run measures
-    an emulated, weaker CPU, and ``bf16_native`` is what oneDNN reports under them).
+    an emulated, weaker CPU, and ``bf16_native`` is the answer under them).
     """
     p = provenance()
     machine, torch_info = p["machine"], p["torch"]

@@ -1,9 +1,11 @@
-"""Helpers shared by test files: a script of tools/ (not a package) loaded as a module, and the
-tiny training run of the fault tests."""
+"""Helpers shared by test files: a script of tools/ (not a package) loaded as a module, the
+tiny training run of the fault tests, and an environment without make's variables."""
 
 import hashlib
 import importlib.util
 import json
+import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -56,3 +58,16 @@ def checkpoint_with_config(checkpoint: Path, dest: Path, **changes: Any) -> Path
     }
     (copy / "manifest.json").write_text(json.dumps(manifest))
     return copy
+
+
+def make_free_env() -> dict[str, str]:
+    """This environment without what a running make puts into it: its own variables
+    (MAKEFLAGS, MAKELEVEL, ...: a sub-make prints "make[1]: Entering directory" lines) and the
+    Makefile's variables given on its command line (`make test-emulated CPU=avx2` exports
+    CPU=avx2, which a fresh `make -n test-emulated` would otherwise take for its own)."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    makefile_vars = set(re.findall(r"^([A-Za-z_]\w*)\s*[?:+]?=", text, re.M))  # assigned
+    makefile_vars |= set(re.findall(r"\$\(([A-Za-z_]\w*)\)", text))  # read (NB)
+    drop = makefile_vars | {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TERMOUT",
+                            "MAKE_TERMERR", "GNUMAKEFLAGS"}
+    return {k: v for k, v in os.environ.items() if k not in drop}

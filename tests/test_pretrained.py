@@ -186,8 +186,12 @@ def test_src_without_ref_is_a_usage_error(tmp_path, monkeypatch, capsys):
 
 
 def _pin_bf16(monkeypatch, native: bool) -> None:
-    """Make the CPU report native bf16 (AVX512-BF16, AMX) or not (an AVX2 CPU)."""
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+    """Make the CPU report native bf16 (AVX512-BF16, AMX) or not (an AVX-512 or AVX2 CPU)."""
+    caps = {"architecture": "x86_64", "avx2": True, "avx512_f": True,
+            "avx512_bf16": native, "amx_bf16": native}
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: caps)
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):  # test-emulated sets it
+        monkeypatch.delenv(name, raising=False)
 
 
 def _spy_autocast(monkeypatch) -> list[bool]:

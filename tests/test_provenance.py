@@ -16,6 +16,7 @@ import pytest
 import torch
 from _tools import load_tool
 
+from transformer_lib import translation
 from transformer_lib.translation import provenance as prov
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,7 @@ def test_the_record_has_every_field_and_is_json():
     m = p["machine"]
     assert m["cpu_model"] and m["logical_cores"] == os.cpu_count()
     assert m["cpu_flags"] == sorted(m["cpu_flags"]) and set(m["cpu_flags"]) <= prov.CPU_FLAGS
-    assert m["bf16_native"] == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert m["bf16_native"] == (translation.resolve_precision("auto", "cpu") == "bf16")
     assert p["torch"]["version"] == torch.__version__
     assert p["torch"]["threads"] == torch.get_num_threads()
     assert p["python"] == ".".join(map(str, sys.version_info[:3]))

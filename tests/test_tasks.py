@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _tools import load_tool
+from _tools import load_tool, make_free_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def test_test_task_runs_every_check_over_the_whole_repository(no_browser):
     given = [w for w in nbval[-1].split() if w.startswith("chapters/")]
     every = sorted(f"chapters/{p.name}" for p in (ROOT / "chapters").glob("*.ipynb"))
     assert sorted(given) == every and len(every) >= 11
-    assert given[0] == "chapters/06_training.ipynb" and "--no-loadscope-reorder" in nbval[-1]
+    assert given[0] == "chapters/08_translation.ipynb" and "--no-loadscope-reorder" in nbval[-1]
     assert "OMP_NUM_THREADS=1" in nbval[-1]
     assert book_check[-1].split()[-2:] == ["-q", "tests/site"]  # with the browser, on Linux
 
@@ -93,6 +93,15 @@ def _readme_pairs() -> list[tuple[str, str]]:
     return pairs
 
 
+def test_the_make_free_environment_drops_make_and_makefile_variables(monkeypatch):
+    for name, value in (("CPU", "avx2"), ("NB", "chapters/02_masks.ipynb"), ("MAKELEVEL", "1"),
+                        ("MAKEFLAGS", " -- CPU=avx2"), ("PYTHON", "python3.11")):
+        monkeypatch.setenv(name, value)
+    env = make_free_env()
+    assert not {"CPU", "NB", "MAKELEVEL", "MAKEFLAGS", "PYTHON", "TASKS"} & set(env)
+    assert env["PATH"] == os.environ["PATH"]
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_each_make_command_of_the_readme_runs_its_tasks_py_twin(monkeypatch, capsys, x86):
     """`make X` and the README's `python tools/tasks.py X` print the same plan (dry run)."""
@@ -105,12 +114,9 @@ def test_each_make_command_of_the_readme_runs_its_tasks_py_twin(monkeypatch, cap
         return capsys.readouterr().out
 
     for make, twin in pairs:
-        # a fresh make, not a sub-make of the one running these tests (`make test`): that
-        # would print "make[1]: Entering directory" lines among the recipe
-        env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
         recipe = subprocess.run(
             ["make", "-n", "--no-print-directory", *shlex.split(make)[1:]], cwd=ROOT,
-            capture_output=True, text=True, check=True, env=env,
+            capture_output=True, text=True, check=True, env=make_free_env(),
         ).stdout.splitlines()  # fmt: skip
         assert recipe, f"`{make}` runs nothing"
         via_make = ""
@@ -358,6 +364,19 @@ def test_test_emulated_refuses_a_cpu_it_cannot_imitate(nothing_runs):
     assert sum("--nbval" in line for line in r.log) == 1
 
 
+def test_test_emulated_refuses_avx512_on_a_cpu_without_it(nothing_runs, monkeypatch):
+    """The variables only lower: on an AVX2 CPU "avx512" would run the AVX2 kernels."""
+    monkeypatch.setattr(tasks, "cpu_flags", lambda: {"avx2", "fma"})
+    r = tasks.Runner(dry_run=True, installed=True, machine="x86_64")
+    with pytest.raises(tasks.TaskError, match=r"\['avx512'\] needs \['avx512f'\]"):
+        tasks.test_emulated(r, ["baseline", "avx512"])
+    assert r.log == []
+    tasks.test_emulated(r, ["avx2"])  # what it can imitate still runs
+    monkeypatch.setattr(tasks, "cpu_flags", lambda: None)  # no /proc/cpuinfo: cannot tell
+    tasks.test_emulated(r, ["avx512"])
+    assert sum("--nbval" in line for line in r.log) == 2
+
+
 # ------------------------------------------------------------------------------ Makefile
 
 
@@ -398,14 +417,18 @@ def test_ci_run_calls_make_test():
     assert lines[-2:] == ["make test", "make test-emulated"]
 
 
-def test_test_emulated_runs_unit_and_nbval_under_each_imitated_cpu(capsys):
+def test_test_emulated_runs_unit_and_nbval_under_each_imitated_cpu(capsys, monkeypatch):
+    monkeypatch.setattr(tasks, "cpu_flags", lambda: {"avx2", "avx512f"})
     r = tasks.Runner(dry_run=True, installed=True, machine="x86_64")
-    tasks.test_emulated(r, ["avx2", "baseline"])
+    tasks.test_emulated(r, ["avx2", "baseline", "avx512"])
     said = [line.split(" (")[0] for line in r.log if line.startswith("# emulated CPU")]
-    assert said == ["# emulated CPU: avx2", "# emulated CPU: baseline"]
+    assert said == ["# emulated CPU: avx2", "# emulated CPU: baseline", "# emulated CPU: avx512"]
     assert "ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2" in "".join(r.log)
-    assert sum("pytest -n 2" in line for line in r.log) == 2  # unit, once per CPU
-    assert sum("--nbval" in line for line in r.log) == 2
+    # AVX-512 without bf16: oneDNN stops at AVX512_CORE, below AVX512_CORE_BF16
+    assert ("ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 "
+            "ONEDNN_MAX_CPU_ISA=AVX512_CORE") in "".join(r.log)
+    assert sum("pytest -n 2" in line for line in r.log) == 3  # unit, once per CPU
+    assert sum("--nbval" in line for line in r.log) == 3
     assert r.env.get("ATEN_CPU_CAPABILITY") == os.environ.get("ATEN_CPU_CAPABILITY")  # restored
     with pytest.raises(tasks.TaskError, match="unknown emulated CPU"):
         tasks.test_emulated(r, ["arm"])

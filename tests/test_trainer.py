@@ -343,8 +343,12 @@ def test_fast_setting_is_auto_precision_with_the_papers_dropout(tmp_path):
 
 
 def _pin_bf16(monkeypatch, native: bool) -> None:
-    """Make the CPU report native bf16 (AVX512-BF16, AMX) or not (an AVX2 CPU)."""
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+    """Make the CPU report native bf16 (AVX512-BF16, AMX) or not (an AVX-512 or AVX2 CPU)."""
+    caps = {"architecture": "x86_64", "avx2": True, "avx512_f": True,
+            "avx512_bf16": native, "amx_bf16": native}
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: caps)
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):  # test-emulated sets it
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["avx2", "bf16_native"])

@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=None, help="default: WORK/venv")
     parser.add_argument(
         "--data", type=Path, default=None,
-        help="folder with the Multi30k files to serve (default: $MULTI30K_DIR, "
-        "../shared/data/multi30k, or transformer_lib's cache)",
+        help="folder with the Multi30k files to serve (default: $MULTI30K_DIR, the task "
+        "runner's local mirror, or transformer_lib's cache)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     chapters = [ROOT / c if not c.is_absolute() else c for c in args.chapters or []] or [

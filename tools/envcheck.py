@@ -71,17 +71,34 @@ def _bf16_checks(torch) -> list[str]:  # noqa: ANN001 (torch is imported lazily)
 
 
 def _bf16_native_line() -> str:
-    """Native bf16 or emulated (AVX2: slower than fp32), and what precision "auto" picks."""
-    try:
-        from transformer_lib.translation import resolve_precision
+    """Native bf16 or emulated (slower than fp32), why, and what precision "auto" picks.
 
-        auto = resolve_precision("auto", "cpu")  # bf16 exactly where it is native
+    Native means bf16 instructions (x86 AVX512_BF16 or AMX-BF16, Arm BF16) that
+    ONEDNN_MAX_CPU_ISA does not switch off: transformer_lib.translation.precision's rule.
+    """
+    try:
+        import torch
+
+        from transformer_lib.translation import precision
+
+        auto = precision.resolve_precision("auto", "cpu")  # bf16 exactly where it is native
+        caps = torch.cpu.get_capabilities()
     except Exception as e:  # noqa: BLE001 (the package may be what is broken)
         return f"bf16 native (CPU): unknown (transformer_lib: {type(e).__name__}: {e})"
+    flags = [f for f in precision.BF16_FLAGS if caps.get(f) is True]
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     if auto == "bf16":
-        return 'bf16 native (CPU): yes; precision "auto" and --fast use bf16'
-    return ('bf16 native (CPU): no (emulated, slower than fp32); precision "auto" and --fast '
-            "use fp32")
+        return (f'bf16 native (CPU): yes ({", ".join(flags)}); precision "auto" and --fast '
+                "use bf16")
+    if not flags:
+        why = "no AVX512_BF16, AMX-BF16 or Arm BF16 instructions"
+    elif isa and isa.strip().upper() in precision.ISA_WITHOUT_BF16:
+        why = (f"the CPU has {', '.join(flags)}, but ONEDNN_MAX_CPU_ISA={isa} holds oneDNN "
+               "below them")
+    else:
+        why = "torch has no oneDNN"
+    return (f"bf16 native (CPU): no ({why}: bf16 is emulated, slower than fp32); "
+            'precision "auto" and --fast use fp32')
 
 
 def torch_section() -> list[str]:
@@ -167,12 +184,22 @@ def data() -> list[str]:
         f"multi30k folder: {where} ({kind}; {how})",
         f"multi30k files found: {len(present)} of {len(MULTI30K_FILES)}{missing}",
     ]
-    # The local mirror of the machines this book is written on: tools/tasks.py points
+    # The task runner's optional local mirror (tools/tasks.py, LOCAL_MULTI30K): it points
     # MULTI30K_DIR at it, so a report printed through the task runner reads it.
-    mirror = ROOT.parent / "shared" / "data" / "multi30k"
+    mirror = _tasks_module().LOCAL_MULTI30K
     if mirror.is_dir() and not env:
         lines.append(f"local mirror: {mirror} (tools/tasks.py sets MULTI30K_DIR to it)")
     return lines
+
+
+@functools.cache
+def _tasks_module() -> ModuleType:
+    """tools/tasks.py (standard library only), loaded from its file: the one place that names
+    the local Multi30k mirror."""
+    spec = importlib.util.spec_from_file_location("_envcheck_tasks", ROOT / "tools" / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.cache

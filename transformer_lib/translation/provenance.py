@@ -87,7 +87,7 @@ def _cpu_model(info: dict[str, str]) -> str:
 
 
 def _torch() -> tuple[dict[str, Any], bool | None]:
-    """torch's version, threads and CPU kernel level; whether oneDNN runs bfloat16 natively."""
+    """torch's version, threads and CPU kernel level; whether the CPU runs bfloat16 natively."""
     try:
         import torch
     except Exception as e:  # noqa: BLE001 (a broken install is recorded, not raised)
@@ -97,10 +97,12 @@ def _torch() -> tuple[dict[str, Any], bool | None]:
         "threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
-    try:  # AVX512-BF16 or AMX on x86 (not AVX2: there bf16 is emulated), bf16 on Arm
-        native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # a build without oneDNN
-        native = False
+    try:  # the rule precision "auto" follows: bf16 instructions, and oneDNN allowed to use them
+        from transformer_lib.translation.precision import cpu_bf16_native
+
+        native = cpu_bf16_native()
+    except Exception:  # noqa: BLE001 (a broken package is recorded as unknown, not raised)
+        native = None
     return info, native
 
 
@@ -115,8 +117,11 @@ def provenance(root: str | Path | None = None) -> dict[str, Any]:
             code that runs) and not counting untracked files; None when the commit is unknown.
         machine: ``cpu_model``; ``cpu_flags``, the CPU features that decide the matmul kernels
             (see ``CPU_FLAGS``; empty where /proc/cpuinfo is missing); ``logical_cores``; ``os``;
-            ``bf16_native``, whether oneDNN computes bfloat16 in hardware (elsewhere bf16
-            autocast is emulated and slower than fp32; None when torch cannot be imported).
+            ``bf16_native``, whether the CPU computes bfloat16 in hardware: bf16 instructions
+            (x86 AVX512_BF16 or AMX-BF16, Arm BF16) that ``ONEDNN_MAX_CPU_ISA`` does not switch
+            off (elsewhere bf16 autocast is emulated and slower than fp32; precision "auto"
+            picks bf16 exactly where this is true; None when torch or the package cannot be
+            imported).
         torch: ``version``, ``threads`` (intra-op), ``cpu_capability`` (the kernels ATen
             dispatches to); with ``error`` instead when torch cannot be imported.
         python: the Python version.
