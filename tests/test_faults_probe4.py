@@ -1,0 +1,129 @@
+"""Faults found by the fourth probe of the package: each test failed before its fix.
+
+D1: ``evaluate --output`` renamed its result over whatever was there: a symbolic link (its
+target kept the old result), a FIFO, and as root ``/dev/null`` itself; as a normal user
+``/dev/null`` was "cannot be written". D5: an output that could not be replaced (another
+user's file in a sticky folder) was found only after the whole evaluation, and the score was
+never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from transformer_lib.translation import _output, cli, inference
+
+FAKE = {"device": "cpu", "score_line": "BLEU = 12.3 (fake)", "signature": "nrefs:1|fake",
+        "bleu": 12.3}
+
+
+@pytest.fixture
+def evaluate(checkpoint_dir, tmp_path, monkeypatch):
+    """`evaluate --src --ref --output OUT` of one pair, with a fixed score (no decoding)."""
+    monkeypatch.setattr(inference, "translate_and_score", lambda *a, **k: dict(FAKE))
+    src, ref = tmp_path / "src.de", tmp_path / "ref.en"
+    src.write_text("Ein Hund.\n")
+    ref.write_text("A dog.\n")
+
+    def run(output: str | Path) -> int:
+        return cli.main(["evaluate", "--checkpoint", str(checkpoint_dir), "--src", str(src),
+                         "--ref", str(ref), "--output", str(output)])
+
+    return run
+
+
+# ------------------------------------------------------------------ D1: links and special files
+
+
+def test_output_through_a_symlink_writes_its_target_and_keeps_the_link(evaluate, tmp_path):
+    target = tmp_path / "kept" / "result.json"
+    target.parent.mkdir()
+    target.write_text("the previous result")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert evaluate(link) == 0
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert '"fake"' not in target.read_text() and '"bleu": 12.3' in target.read_text()
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.rglob("*"))
+
+
+def test_output_through_a_dangling_symlink_creates_its_target(evaluate, tmp_path):
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "new.json")
+    assert evaluate(link) == 0
+    assert link.is_symlink() and '"bleu": 12.3' in (tmp_path / "new.json").read_text()
+
+
+def test_output_to_a_fifo_is_written_through_not_replaced(evaluate, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    assert evaluate(fifo) == 0
+    reader.join(30)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert b'"bleu": 12.3' in got[0]
+
+
+def test_output_through_a_link_to_dev_null_leaves_both_alone(evaluate, tmp_path):
+    link = tmp_path / "null.json"
+    link.symlink_to(os.devnull)
+    assert evaluate(link) == 0
+    assert link.is_symlink() and stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+@pytest.mark.parametrize("name", ["/dev/null", "/dev/stdout", "/dev/fd/1"])
+def test_dev_null_and_stdout_are_written_through_never_renamed_over(name):
+    # decided, not done: as root the old way replaced the machine's /dev/null
+    assert _output.output_target(name) == (_output.THROUGH, Path(name))
+
+
+def test_dev_null_is_writable_for_the_check(capsys):
+    # was "cannot be written" (a probe file made in /dev) as a normal user
+    out = _output.writable(os.devnull)
+    assert out.how == _output.THROUGH
+    _output.write_whole(out, "{}")  # written through: /dev/null stays a device
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_a_socket_is_refused_by_name(tmp_path):
+    import socket
+
+    sock_path = tmp_path / "s"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock_path))
+        with pytest.raises(ValueError, match=r"--output .*'.* is a socket"):
+            _output.writable(str(sock_path))
+
+
+# ------------------------------------------------------------------ D5: found after the work
+
+
+def test_another_users_file_in_a_sticky_folder_is_refused_before_the_work(tmp_path,
+                                                                          monkeypatch):
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "out.json").write_text("theirs")
+    mine = os.stat(sticky / "out.json").st_uid + 4242  # a user who owns neither
+    monkeypatch.setattr(os, "geteuid", lambda: mine)
+    monkeypatch.setattr(os, "access", lambda *a, **k: True)  # the file is writable (0666)
+    with pytest.raises(ValueError, match="belongs to another user .* sticky folder"):
+        _output.writable(str(sticky / "out.json"))
+
+
+def test_the_score_is_printed_even_when_the_output_fails_at_the_end(evaluate, tmp_path,
+                                                                    monkeypatch, capsys):
+    def refused(*a, **k):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(_output.os, "replace", refused)
+    assert evaluate(tmp_path / "out.json") == 1
+    out, err = capsys.readouterr()
+    assert "BLEU = 12.3 (fake)" in out and "was not written" in err
