@@ -127,3 +127,76 @@ def test_the_score_is_printed_even_when_the_output_fails_at_the_end(evaluate, tm
     assert evaluate(tmp_path / "out.json") == 1
     out, err = capsys.readouterr()
     assert "BLEU = 12.3 (fake)" in out and "was not written" in err
+
+
+# ------------------------------------------------------------------ D2: killed while averaging
+
+
+def test_a_run_killed_while_averaging_writes_averaged_on_resume(tmp_path, monkeypatch, capsys):
+    from _tools import tiny_config
+
+    from transformer_lib import translation
+    from transformer_lib.translation import loop
+
+    cfg = tiny_config(epochs=2, average_last=2, keep_last=2)
+    real = loop._save
+
+    def killed(run, path, *, resumable):
+        if path.name == "averaged":
+            raise KeyboardInterrupt  # the kill: after both epochs and last/ were saved
+        real(run, path, resumable=resumable)
+
+    monkeypatch.setattr(loop, "_save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        translation.train(cfg, tmp_path / "run", progress=False)
+    monkeypatch.setattr(loop, "_save", real)
+    assert not (tmp_path / "run" / "averaged").exists()
+    result = translation.train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert result["complete"]
+    assert "averaged was missing" in capsys.readouterr().err
+    info = translation.load_checkpoint(tmp_path / "run" / "averaged")
+    assert info["train_state"]["step"] == result["steps"]
+    # once written, a further resume leaves it alone
+    before = (tmp_path / "run" / "averaged" / "manifest.json").read_bytes()
+    translation.train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert (tmp_path / "run" / "averaged" / "manifest.json").read_bytes() == before
+
+
+# ------------------------------------------------------------------ D3: a link into a checkpoint
+
+
+def test_a_run_directory_linked_into_another_runs_checkpoint_is_refused(checkpoint_dir,
+                                                                        tmp_path):
+    import shutil
+
+    from _tools import file_tree, tiny_config
+
+    from transformer_lib import translation
+
+    last = shutil.copytree(checkpoint_dir, tmp_path / "other" / "last")
+    (last / "sub").mkdir()
+    (tmp_path / "link").symlink_to(last / "sub")
+    before = file_tree(last)
+    with pytest.raises(FileExistsError, match=r"inside the checkpoint .*other/last"):
+        translation.train(tiny_config(), tmp_path / "link", progress=False)
+    assert file_tree(last) == before
+
+
+# ------------------------------------------------------------------ D4: save through a link
+
+
+def test_save_checkpoint_through_a_symlink_replaces_the_target(tmp_path):
+    from torch import nn
+
+    from transformer_lib.translation.checkpoint import load_checkpoint, save_checkpoint
+
+    save_checkpoint(tmp_path / "real", nn.Linear(2, 2), {"v": 1})
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "real")
+    save_checkpoint(link, nn.Linear(2, 2), {"v": 2})
+    assert link.is_symlink() and load_checkpoint(tmp_path / "real")["config"] == {"v": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]  # no debris
+    (tmp_path / "dangling").symlink_to(tmp_path / "new")
+    save_checkpoint(tmp_path / "dangling", nn.Linear(2, 2), {"v": 3})
+    assert load_checkpoint(tmp_path / "dangling")["config"] == {"v": 3}
+    assert (tmp_path / "dangling").is_symlink()

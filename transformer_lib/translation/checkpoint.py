@@ -219,7 +219,9 @@ def save_checkpoint(
     Returns `path`. A write that fails (disk full, a file-size limit) raises an ``OSError``
     naming `path`; the previous checkpoint there, if any, is left as it was.
     """
-    path = Path(path)
+    # A link is followed, as writing a file through it would: the swap renames directories,
+    # and would replace the link itself, leaving its target at the old version.
+    path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     _check_replaceable(path)  # before the work: a refusal costs nothing
     documents = dict(documents or {})
     _check_documents(documents)

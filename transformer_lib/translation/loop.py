@@ -184,6 +184,7 @@ def train(
             partial = None if complete else _train_and_average(run, progress, on_step)
             if complete and rank == 0:  # an outcome, not progress: said even without it
                 print(complete, file=sys.stderr)
+                _finish_average(run)
         finally:
             if lock is not None:
                 lock.release()
@@ -378,6 +379,27 @@ def _train_and_average(run: _Run, progress: bool, on_step: Callable[[int], None]
               f"{run.cfg.epochs}), so {run.run_dir / 'best'} was not written: evaluate "
               f"{run.run_dir / 'last'} or {run.run_dir / 'averaged'} instead", file=sys.stderr)
     return partial
+
+
+def _finish_average(run: _Run) -> None:
+    """Write `averaged` when a complete run lacks it, or holds one of an earlier end (a kill
+    while averaging, after the last epoch): the end of the run is finished, not skipped."""
+    snaps = epoch_snapshots(run.run_dir)[-run.cfg.average_last:]
+    if run.cfg.average_last < 2 or len(snaps) < 2:
+        return
+    path = run.run_dir / "averaged"
+    try:
+        saved = load_checkpoint(path, None)["train_state"]
+        if isinstance(saved, dict) and saved.get("step") == run.state.step:
+            return
+    except (OSError, ValueError):
+        pass  # missing or damaged: written again
+    averaged = _average_snapshots(run.run_dir, run.cfg.average_last)
+    if averaged is not None:
+        run.model.load_state_dict(averaged, strict=False)
+        _save(run, path, resumable=False)
+        print(f"{path} was missing or out of date (the run stopped while averaging): "
+              "written now", file=sys.stderr)
 
 
 def _train_epochs(run: _Run, progress: bool, on_step: Callable[[int], None] | None):

@@ -81,8 +81,9 @@ def check_run_dir(cfg: Config, run_dir: Path, resume: bool) -> None:
 
 def _check_not_inside_checkpoint(run_dir: Path) -> None:
     """Refuse a run directory inside a checkpoint (``RUN/last/nested``): the next save of that
-    checkpoint replaces the whole directory, and this run with it."""
-    for parent in run_dir.absolute().parents:
+    checkpoint replaces the whole directory, and this run with it. Links are followed: a
+    link into another run's ``last/`` is inside it all the same."""
+    for parent in run_dir.resolve().parents:
         if (parent / "manifest.json").is_file():
             raise FileExistsError(
                 f"run directory {run_dir} is inside the checkpoint {parent} (it holds "
