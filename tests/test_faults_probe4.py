@@ -200,3 +200,48 @@ def test_save_checkpoint_through_a_symlink_replaces_the_target(tmp_path):
     save_checkpoint(tmp_path / "dangling", nn.Linear(2, 2), {"v": 3})
     assert load_checkpoint(tmp_path / "dangling")["config"] == {"v": 3}
     assert (tmp_path / "dangling").is_symlink()
+
+
+# ------------------------------------------------------------------ U1: a model too large to build
+
+
+@pytest.mark.parametrize("change", [{"max_positions": 100_000_000, "positional": "learned"},
+                                    {"max_positions": 100_000_000}, {"N": 1_000_000},
+                                    {"d_model": 2**20}])
+def test_training_refuses_a_model_too_large_before_building_it(tmp_path, change):
+    import time
+
+    from _tools import tiny_config
+
+    from transformer_lib import translation
+
+    cfg = tiny_config(**change)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"config: N = .*max_positions = .* describe a model "
+                                         r"of [\d,]+ parameters .* more than MAX_PARAMS"):
+        translation.train(cfg, tmp_path / "run", progress=False)
+    assert time.perf_counter() - t0 < 10 and not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ U2: one enormous line
+
+
+def test_evaluate_refuses_a_reference_line_longer_than_a_sentence(tmp_path, monkeypatch,
+                                                                  capsys):
+    def no_work(*a, **k):
+        raise AssertionError("scored a 3 MB line")
+
+    monkeypatch.setattr(inference, "translate_and_score", no_work)
+    src, ref = tmp_path / "src.de", tmp_path / "ref.en"
+    src.write_text("Ein Hund.\nZwei.\n")
+    ref.write_text("A dog.\n" + "word " * 600_000 + "\n")
+    status = cli.main(["evaluate", "--src", str(src), "--ref", str(ref)])
+    assert status == 1
+    assert f"--ref '{ref}': line 2 is longer than 65,536 bytes" in capsys.readouterr().err
+
+
+def test_a_line_of_the_longest_length_with_crlf_is_read(tmp_path):
+    path = tmp_path / "ref.en"
+    path.write_bytes(b"a" * cli.MAX_LINE_BYTES + b"\r\nb\n")
+    lines, count = cli._read_lines(str(path), "--ref", None)
+    assert count == 2 and lines[0] == "a" * cli.MAX_LINE_BYTES and lines[1] == "b"

@@ -42,6 +42,9 @@ __all__ = ["main", "positive_int"]
 # evaluate --src/--ref: the most text (after gunzip) a file may hold. The files are held in
 # memory while their lines are translated, and a 10 MB gzip file can unpack to 10 GB.
 MAX_TEXT_BYTES = 256 << 20
+# ... and the longest line: a line is one sentence, and sacreBLEU spent 43 s and 5.6 GB on
+# one line of 48 MB (the total above alone would allow one of 256 MiB)
+MAX_LINE_BYTES = 64 << 10
 
 
 class _UsageError(Exception):
@@ -419,12 +422,16 @@ def _read_lines(path: str, name: str, limit: int | None) -> tuple[list[str], int
     count = size = 0
     try:
         with (gzip.open(p, "rb") if zipped else open(p, "rb")) as f:
-            while raw := f.readline(MAX_TEXT_BYTES - size + 1):  # one line, or what is left
+            # one line (and its "\r\n"), or what is left
+            while raw := f.readline(min(MAX_TEXT_BYTES - size, MAX_LINE_BYTES + 1) + 1):
                 size += len(raw)
                 if size > MAX_TEXT_BYTES:
                     raise ValueError(f"{name} {path!r} holds more than "
                                      f"{MAX_TEXT_BYTES / 2**20:g} MiB of text; split it")
                 count += 1
+                if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+                    raise ValueError(f"{name} {path!r}: line {count} is longer than "
+                                     f"{MAX_LINE_BYTES:,} bytes (a line is one sentence)")
                 try:
                     text = raw.removesuffix(b"\n").decode("utf-8").rstrip("\r")
                     text = text.removeprefix("\ufeff") if count == 1 else text  # a BOM

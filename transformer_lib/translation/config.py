@@ -472,3 +472,18 @@ def parameter_count(cfg: Config, vocab: int, *, buffers: bool = False) -> int:
     positions = 2 * cfg.max_positions * d if cfg.positional == "learned" else 0
     table = cfg.max_positions * d if buffers and cfg.positional == "sinusoidal" else 0
     return encoder + decoder + embeddings + positions + table
+
+
+def check_model_size(cfg: Config, vocab: int | None = None) -> None:
+    """Refuse a config whose model would be larger than ``MAX_PARAMS`` before it is built.
+
+    Training builds what the config says: ``max_positions = 10**8`` allocated a 12.8 GB
+    table, ``N = 10**6`` built layers for minutes, ``d_model = 2**20`` failed in the allocator
+    naming no key. `vocab`: the tokenizer's size (default: the config's vocab_size).
+    """
+    n = parameter_count(cfg, cfg.vocab_size if vocab is None else vocab, buffers=True)
+    if n > MAX_PARAMS:
+        keys = ("N", "d_model", "d_ff", "max_positions", "vocab_size")
+        sizes = ", ".join(f"{k} = {getattr(cfg, k)}" for k in keys)
+        raise ValueError(f"config: {sizes} describe a model of {n:,} parameters and buffer "
+                         f"elements, more than MAX_PARAMS = {MAX_PARAMS:,}: make it smaller")

@@ -37,7 +37,7 @@ from transformer_lib.translation.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from transformer_lib.translation.config import Config
+from transformer_lib.translation.config import Config, check_model_size
 from transformer_lib.translation.data import (
     PAD,
     collate,
@@ -169,6 +169,7 @@ def train(
     the loss stops being finite: nothing after the last good checkpoint is saved.
     """
     cfg.validate()  # again: the fields of a dataclass can be assigned after it was made
+    check_model_size(cfg)  # before the run directory is touched
     run_dir = Path(run_dir)
     device = default_device() if device is None else checked_device(device)
     joined = join_process_group(device)
@@ -314,6 +315,7 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
     info = load_checkpoint(last, None) if resume else None  # rundir checked it is there
     data = _prepare_data(cfg, run_dir, info["tokenizer"] if info else None, rank, world)
     vocab = data.tok.get_vocab_size()
+    check_model_size(cfg, vocab)
     model = cfg.build_model(vocab).to(device)
     optimizer = make_optimizer(cfg, model, device)
     state, saved_step = RunState(), None
