@@ -245,3 +245,110 @@ def test_a_line_of_the_longest_length_with_crlf_is_read(tmp_path):
     path.write_bytes(b"a" * cli.MAX_LINE_BYTES + b"\r\nb\n")
     lines, count = cli._read_lines(str(path), "--ref", None)
     assert count == 2 and lines[0] == "a" * cli.MAX_LINE_BYTES and lines[1] == "b"
+
+
+# ------------------------------------------------------------------ U3: a crafted trainer state
+
+
+@pytest.fixture(scope="module")
+def resumable(tmp_path_factory):
+    """A run stopped after its first checkpoint (tiny, seconds): RUN/last is resumable."""
+    from _tools import tiny_config
+
+    from transformer_lib import translation
+
+    run = tmp_path_factory.mktemp("resumable") / "run"
+    translation.train(tiny_config(), run, progress=False)
+    return run
+
+
+def _reseal(ckpt: Path) -> None:
+    import hashlib
+    import json
+
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    for name in manifest["files"]:
+        data = (ckpt / name).read_bytes()
+        manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(),
+                                   "bytes": len(data)}
+    (ckpt / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _crafted(resumable: Path, dest: Path, tree=None, tensors=None) -> Path:
+    """A copy of the run whose last/trainer.json (`tree(obj)`) or trainer.safetensors
+    (`tensors(dict)`) was changed and re-sealed: what the loader sees is consistent."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    run = Path(shutil.copytree(resumable, dest))
+    last = run / "last"
+    if tree is not None:
+        obj = json.loads((last / "trainer.json").read_text())
+        (last / "trainer.json").write_text(json.dumps(tree(obj)))
+    if tensors is not None:
+        loaded = load_file(last / "trainer.safetensors")
+        save_file(tensors(loaded), last / "trainer.safetensors", metadata={"format": "pt"})
+    _reseal(last)
+    return run
+
+
+def test_adam_moments_of_the_wrong_shape_are_refused_not_a_crash(resumable, tmp_path):
+    import subprocess
+    import sys
+
+    def shrink(t):
+        name = next(k for k in t if k.endswith("exp_avg") and t[k].dim() == 2)
+        t[name] = t[name][:1].contiguous()
+        return t
+
+    run = _crafted(resumable, tmp_path / "run", tensors=shrink)
+    code = ("import sys; sys.path.insert(0, 'tests')\n"
+            "from _tools import tiny_config\nfrom transformer_lib import translation\n"
+            f"translation.train(tiny_config(epochs=2), {str(run)!r}, resume=True, "
+            "progress=False)\n")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=root, timeout=300)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])  # was -11 (SIGSEGV)
+    assert "ValueError: checkpoint" in proc.stderr and "its optimizer state" in proc.stderr
+    assert "exp_avg is (1," in proc.stderr
+    assert not (run / ".lock").exists()
+
+
+def _resume(run: Path):
+    from _tools import tiny_config
+
+    from transformer_lib import translation
+
+    return translation.train(tiny_config(epochs=2), run, resume=True, progress=False)
+
+
+def _set(path: list, value):
+    def change(obj):
+        node = obj
+        for key in path[:-1]:
+            node = node[key]
+        if value is KeyError:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+        return obj
+    return change
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (["rng"], KeyError, "holds no RNG state"),
+    (["rng"], [{"python": [3, [1, 2], None]}], "its RNG state is not one a run saved"),
+    (["rng"], ["x"], "its RNG state must be an object"),
+    (["scheduler", "last_epoch"], "x", "its scheduler state .*last_epoch = 'x'"),
+    (["scheduler", "step"], 5, "its scheduler state .*unknown key 'step'"),
+    (["scheduler", "base_lrs"], [1.0, 2.0], "its scheduler state .*base_lrs"),
+    (["optimizer", "param_groups", 0, "lr"], "fast", "its optimizer state .*lr = 'fast'"),
+    (["optimizer", "param_groups", 0, "params"], [0], "must list"),
+])
+def test_a_crafted_trainer_state_is_refused_by_name(resumable, tmp_path, path, value, message):
+    run = _crafted(resumable, tmp_path / "run", tree=_set(path, value))
+    with pytest.raises(ValueError, match=f"checkpoint .*last.*{message}"):
+        _resume(run)

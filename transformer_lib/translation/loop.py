@@ -30,6 +30,13 @@ from torch import nn
 
 from transformer_lib.training import Batch, LabelSmoothing, TrainState, rate, train_step
 from transformer_lib.translation._fileio import replace_file
+from transformer_lib.translation._resume import (
+    CheckedState,
+    optimizer_problem,
+    restore_checked,
+    rng_states,
+    scheduler_problem,
+)
 from transformer_lib.translation.checkpoint import (
     average_checkpoints,
     capture_rng_state,
@@ -321,14 +328,16 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
     state, saved_step = RunState(), None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(cfg, state))
     if info is not None:
-        info = load_checkpoint(last, model, optimizer, scheduler, map_location=device)
+        # checked before torch trusts them: wrong Adam moments crashed the fused Adam
+        info = load_checkpoint(
+            last, model, CheckedState(optimizer, optimizer_problem, "optimizer", last),
+            CheckedState(scheduler, scheduler_problem, "scheduler", last), map_location=device)
         # in place: the schedule reads this object's progress
         vars(state).update(vars(_saved_state(info["train_state"], last)))
         saved_step = state.step
         # Every process continues from its own random state (dropout masks, shuffling).
         # Checkpoints written before the states had their own slot kept them in `extra`.
-        saved = (info["extra"] or {}).get("rng") or info["rng"]
-        restore_rng_state(saved[rank] if rank < len(saved) else saved[0])
+        restore_checked(restore_rng_state, rng_states(info, rank, last), last)
     forward = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     criterion = LabelSmoothing(vocab, PAD, cfg.label_smoothing)
     run = _Run(cfg=cfg, run_dir=run_dir, device=device, rank=rank, world=world, model=model,
