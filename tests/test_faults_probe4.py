@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from transformer_lib.translation import _output, cli, inference
 
@@ -352,3 +353,34 @@ def test_a_crafted_trainer_state_is_refused_by_name(resumable, tmp_path, path, v
     run = _crafted(resumable, tmp_path / "run", tree=_set(path, value))
     with pytest.raises(ValueError, match=f"checkpoint .*last.*{message}"):
         _resume(run)
+
+
+# ------------------------------------------------------------------ W1, W2: wrong without an error
+
+
+def test_a_checkpoint_of_integer_weights_is_refused(checkpoint_dir, tmp_path):
+    import shutil
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    copy = Path(shutil.copytree(checkpoint_dir, tmp_path / "ckpt"))
+    weights = load_file(copy / "model.safetensors")
+    with safe_open(str(copy / "model.safetensors"), "pt") as f:
+        meta = f.metadata()
+    save_file({k: v.round().to(torch.int64) if v.is_floating_point() else v
+               for k, v in weights.items()}, copy / "model.safetensors", metadata=meta)
+    _reseal(copy)
+    with pytest.raises(ValueError, match=r"does not fit the model.*stored as torch.int64, the "
+                                         r"model's weights are floating point"):
+        inference.load_model(copy, device="cpu")
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translating_with_a_nan_weight_in_memory_is_refused(checkpoint_dir, beam):
+    model, tok, _ = inference.load_model(checkpoint_dir, device="cpu")
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("nan")
+    with pytest.raises(ValueError, match=r"model: weights \[.*\] are not finite"):
+        inference.translate_sentences(model, tok, ["Ein Hund.", "Zwei."], beam_size=beam,
+                                      precision="fp32")

@@ -405,6 +405,10 @@ def _load_into(model: nn.Module, state: Mapping[str, torch.Tensor], where: Path)
         for k in sorted(set(state) & set(expected))
         if state[k].shape != expected[k].shape
     ]
+    # load_state_dict would cast them: integer "weights" loaded and translated to ""
+    shapes += [f"{k}: stored as {state[k].dtype}, the model's weights are floating point"
+               for k in sorted(set(state) & set(expected))
+               if expected[k].is_floating_point() and not state[k].is_floating_point()]
     if missing or unexpected or shapes:
         parts = []
         if missing:

@@ -105,12 +105,17 @@ def load_model(
         )
     model = cfg.build_model(tok.get_vocab_size())
     load_checkpoint(path, model, map_location=device, verify=verify)
-    bad = [n for n, t in model.state_dict().items()
-           if t.is_floating_point() and not torch.isfinite(t).all()]
+    bad = _not_finite(model)
     if bad:
         raise ValueError(f"checkpoint {path}: weights {bad[:3]} are not finite (NaN or inf); "
                          "the run that saved them diverged")
     return model.to(device).eval(), tok, cfg
+
+
+def _not_finite(model: nn.Module) -> list[str]:
+    """Names of the model's floating-point weights and buffers holding a NaN or an infinity."""
+    return [n for n, t in model.state_dict().items()
+            if t.is_floating_point() and not torch.isfinite(t).all()]
 
 
 # --------------------------------------------------------------------------- translating
@@ -269,6 +274,10 @@ def translate_sentences(
     _check_int("max_input_len", max_input_len, optional=True)
     # a list first: a generator checked by iterating it would then translate nothing
     sentences = _check_sentences(sentences)
+    bad = _not_finite(model)  # as load_model checks: a NaN weight translated to "" silently
+    if bad:
+        raise ValueError(f"model: weights {bad[:3]} are not finite (NaN or inf); it cannot "
+                         "translate (a diverged run, or a weight changed since loading)")
     limit = source_length_limit(model, max_input_len)
     encoded, keep = _encode_sources(tok, sentences, limit, on_too_long)  # ids + EOS
     was_training = model.training
