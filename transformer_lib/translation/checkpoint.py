@@ -219,9 +219,7 @@ def save_checkpoint(
     Returns `path`. A write that fails (disk full, a file-size limit) raises an ``OSError``
     naming `path`; the previous checkpoint there, if any, is left as it was.
     """
-    # A link is followed, as writing a file through it would: the swap renames directories,
-    # and would replace the link itself, leaving its target at the old version.
-    path = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    path = _save_path(path)
     _check_replaceable(path)  # before the work: a refusal costs nothing
     documents = dict(documents or {})
     _check_documents(documents)
@@ -250,6 +248,26 @@ def save_checkpoint(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _save_path(path: str | Path) -> Path:
+    """The directory to replace. A link is followed, as writing a file through it would (the
+    swap renames directories: it replaced the link, leaving its target at the old version).
+    "." and ".." are named absolutely (the swap's lock and temporary directory go beside the
+    directory, not inside it); the working directory and its parents are refused."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError("path '' is empty: name the checkpoint directory to write")
+    p = Path(path)
+    if p.is_symlink() or p.name in ("", ".."):
+        p = p.resolve()
+    try:
+        here = Path.cwd().resolve()
+    except OSError:
+        return p
+    if p.resolve() == here or p.resolve() in here.parents:
+        raise ValueError(f"path {str(path)!r} is the working directory or holds it: the save "
+                         "replaces the whole directory; name it from outside it")
+    return p
 
 
 def _check_replaceable(path: Path) -> None:
@@ -356,7 +374,7 @@ def _check_file(path: Path, manifest: Mapping[str, Any], verify: bool) -> Path:
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # not UTF-8, not JSON, an integer of more than 4,300 digits
         raise ValueError(f"{path} is not valid JSON: {e}") from e
     except RecursionError:  # "[[[[..." deeper than the interpreter's stack: a crafted file
         raise ValueError(f"{path} is corrupt: its JSON is nested too deeply to read") from None
@@ -386,8 +404,11 @@ def _model_state(path: Path, manifest: Mapping[str, Any], verify: bool, device: 
     tensors, meta = _read_tensors(file, device)
     try:
         aliases = json.loads(meta.get("aliases", "{}"))
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:
         raise ValueError(f"{file}: the 'aliases' metadata is not valid JSON: {e}") from e
+    if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
+        raise ValueError(f"{file}: the 'aliases' metadata must map tensor names to tensor "
+                         f"names, got {str(aliases)[:60]}")
     for alias, name in aliases.items():
         if name not in tensors:
             raise ValueError(f"{file}: alias {alias!r} refers to missing tensor {name!r}")
@@ -433,10 +454,13 @@ def _read_files(path: Path, manifest: Mapping[str, Any], device: str, verify: bo
             raise ValueError(f"{path / _TRAINER_J} must hold a JSON object")
         # The optimizer's tensors (twice the model's size for Adam) are read only when needed.
         wanted = [k for k in tree if k != "optimizer" or with_optimizer]
-        refs = tensor_refs({k: tree[k] for k in wanted})
-        tensors_file = _check_file(path / _TRAINER_T, manifest, verify)
-        tensors, _ = _read_tensors(tensors_file, device, refs)
-        trainer = {k: decode_tree(tree[k], tensors, str(path / _TRAINER_J)) for k in wanted}
+        try:  # a crafted tree: "[[[[" 900 deep reads as JSON, then decoding recursed
+            refs = tensor_refs({k: tree[k] for k in wanted})
+            tensors_file = _check_file(path / _TRAINER_T, manifest, verify)
+            tensors, _ = _read_tensors(tensors_file, device, refs)
+            trainer = {k: decode_tree(tree[k], tensors, str(path / _TRAINER_J)) for k in wanted}
+        except RecursionError:
+            raise ValueError(f"{path / _TRAINER_J} is corrupt: nested too deeply") from None
     tokenizer = None
     if _TOKENIZER in manifest.get("files", {}):
         tokenizer = _check_file(path / _TOKENIZER, manifest, verify)

@@ -382,9 +382,15 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     base = values.pop("base", None)
     if base is None:
         return values
-    if not isinstance(base, str):
-        raise ValueError(f"config {path}: base must be a file name (a string), got {base!r}")
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError(f"config {path}: base must name a config file, got {base!r}")
+    if len(chain) >= MAX_BASES:  # else a RecursionError after ~1,000 files
+        raise ValueError(f"config {chain[0]}: its bases are chained more than {MAX_BASES} "
+                         f"deep (at {path})")
     parent = (path.parent if path.is_file() else Path.cwd()) / base
+    if parent.is_dir():
+        raise ValueError(f"config {path}: its base {base!r} ({parent}) is a directory, not a "
+                         "config file")
     if not parent.is_file():
         raise ValueError(f"config {path}: its base {base!r} ({parent}) does not exist")
     inherited = _read_with_base(parent, (*chain, path))
@@ -394,6 +400,7 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
 
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of text; /dev/zero would fill the memory
+MAX_BASES = 32  # files in one chain of bases (configs/ has chains of two)
 
 
 def _read_capped(path: Path) -> bytes:
@@ -423,6 +430,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         line = e.object[: e.start].count(b"\n") + 1
         raise ValueError(f"config {path} is not UTF-8 text (as TOML must be): byte "
                          f"0x{e.object[e.start]:02x} on line {line}") from None
+    except ValueError as e:  # an integer of more than 4,300 digits: int() refuses it
+        raise ValueError(f"config {path} is not a valid config: {e}") from None
     values: dict[str, Any] = {}
     where: dict[str, str] = {}  # key -> the table that set it
     for key, val in raw.items():
