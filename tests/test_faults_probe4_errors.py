@@ -211,3 +211,30 @@ def test_an_empty_lock_file_left_by_a_kill_is_stale_after_a_while(tmp_path):
         assert json.loads(lock.read_text())["pid"] == os.getpid()
     assert not lock.exists()
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ E6: scoring and decoding
+
+
+def test_bleu_of_nothing_is_an_error_naming_pairs():
+    from transformer_lib.translation import scoring
+
+    with pytest.raises(ValueError, match="pairs is empty"):  # was IndexError in sacreBLEU
+        scoring.bleu([], [])
+
+
+@pytest.mark.parametrize("alpha", [1e6, -1e6, 1000.0])
+def test_beam_search_refuses_a_length_penalty_that_overflows(alpha):
+    import torch
+
+    from transformer_lib.decoding import beam_search
+    from transformer_lib.model import make_model
+
+    torch.manual_seed(0)
+    model = make_model(13, 13, N=1, d_model=16, d_ff=32, h=2, dropout=0.0).eval()
+    src = torch.tensor([[5, 6, 7, 2]])
+    with pytest.raises(ValueError, match=r"length_penalty .* is too large in size"):
+        beam_search(model, src, (src != 0).unsqueeze(-2), 20, 1, 2, beam_size=2,
+                    length_penalty=alpha)
+    beam_search(model, src, (src != 0).unsqueeze(-2), 20, 1, 2, beam_size=2,
+                length_penalty=10.0)  # the largest translate_sentences allows: fine
