@@ -238,3 +238,22 @@ def test_beam_search_refuses_a_length_penalty_that_overflows(alpha):
                     length_penalty=alpha)
     beam_search(model, src, (src != 0).unsqueeze(-2), 20, 1, 2, beam_size=2,
                 length_penalty=10.0)  # the largest translate_sentences allows: fine
+
+
+def test_a_full_disk_while_saving_the_tokenizer_names_the_file(checkpoint_dir, tmp_path):
+    import subprocess
+    import sys
+
+    code = (  # the file-size limit makes any write of more than 64 bytes fail (EFBIG)
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "from transformer_lib.translation import data\n"
+        f"tok = data.load_tokenizer({str(checkpoint_dir / 'tokenizer.json')!r})\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))\n"
+        f"data.save_tokenizer(tok, {str(tmp_path / 'run' / 'tokenizer.json')!r})\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("OSError: [Errno 27]") and str(tmp_path / "run") in last, last
+    assert list((tmp_path / "run").iterdir()) == []

@@ -24,7 +24,6 @@ import hashlib
 import os
 import random
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -364,17 +363,13 @@ def train_tokenizer(
 
 def save_tokenizer(tok, path: str | Path) -> Path:
     """Write `tok` as one JSON file (atomically: temporary file + rename). Returns the path."""
+    from transformer_lib.translation._fileio import replace_file
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(tok.to_str(pretty=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    # replace_file: a full disk's error names the file (it named none), and the temporary
+    # file of a killed save is one a run directory's checks know as debris
+    replace_file(path, tok.to_str(pretty=True).encode("utf-8"))
     return path
 
 
