@@ -257,3 +257,19 @@ def test_a_full_disk_while_saving_the_tokenizer_names_the_file(checkpoint_dir, t
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("OSError: [Errno 27]") and str(tmp_path / "run") in last, last
     assert list((tmp_path / "run").iterdir()) == []
+
+
+# ------------------------------------------------------------------ E7: ship_model interrupted
+
+
+def test_a_shipped_model_left_between_the_two_renames_is_recovered(checkpoint_dir, tmp_path,
+                                                                   monkeypatch):
+    from transformer_lib.translation import pretrained
+
+    folder = tmp_path / "pretrained"
+    folder.mkdir()
+    shutil.copytree(checkpoint_dir, folder / ".multi30k_de_en.old-0123456789ab")
+    monkeypatch.setattr(pretrained, "_PACKAGE", tmp_path)
+    # was FileNotFoundError "...reinstall transformer_lib"
+    assert pretrained.pretrained_path() == folder / "multi30k_de_en"
+    assert (folder / "multi30k_de_en" / "manifest.json").is_file()
