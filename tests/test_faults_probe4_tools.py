@@ -17,6 +17,7 @@ from test_tools_faults import (  # noqa: F401 (fixtures, used by name)
     _report,
     ablations,
     no_evaluation,
+    shipped,
     tiny_run,
 )
 
@@ -64,3 +65,27 @@ def test_report_refuses_a_truncated_or_partial_run_before_evaluating(
     with pytest.raises(SystemExit) as e:
         _report(monkeypatch, run, tmp_path / "r.json", "--limit", "2")
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["no score_line", "partial provenance", "no machine"])
+def test_ship_model_refuses_partial_results_before_any_work(tiny_run, shipped, tmp_path,
+                                                            monkeypatch, capsys, damage):
+    from test_tools_faults import SHIP, _results_for, _ship, _snapshot
+
+    results = _results_for(tiny_run)
+    if damage == "no score_line":
+        del results["scores"]["best_beam4"]["score_line"]
+    elif damage == "partial provenance":
+        results["provenance"] = {"commit": "abc", "machine": {"cpu_model": "x"}}
+    else:  # an old file's fields, cut short
+        results.pop("provenance")
+        results.update(commit="abc", machine={})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results), encoding="utf-8")
+    monkeypatch.setattr(SHIP, "load_multi30k", lambda *a: pytest.fail("work started"))
+    before = _snapshot(shipped)
+    with pytest.raises(SystemExit) as e:
+        _ship(monkeypatch, tiny_run, path)
+    assert e.value.code == 2 and "the results lack what the model card shows" in \
+        capsys.readouterr().err
+    assert _snapshot(shipped) == before
