@@ -384,3 +384,17 @@ def test_translating_with_a_nan_weight_in_memory_is_refused(checkpoint_dir, beam
     with pytest.raises(ValueError, match=r"model: weights \[.*\] are not finite"):
         inference.translate_sentences(model, tok, ["Ein Hund.", "Zwei."], beam_size=beam,
                                       precision="fp32")
+
+
+# ------------------------------------------------------------------ beyond the list
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "result.json"])
+def test_output_inside_a_checkpoint_is_refused(checkpoint_dir, tmp_path, name):
+    import shutil
+
+    copy = Path(shutil.copytree(checkpoint_dir, tmp_path / "ckpt"))
+    before = (copy / "manifest.json").read_bytes()
+    with pytest.raises(ValueError, match="is inside the checkpoint"):
+        _output.writable(str(copy / name))
+    assert (copy / "manifest.json").read_bytes() == before

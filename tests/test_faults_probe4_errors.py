@@ -273,3 +273,42 @@ def test_a_shipped_model_left_between_the_two_renames_is_recovered(checkpoint_di
     # was FileNotFoundError "...reinstall transformer_lib"
     assert pretrained.pretrained_path() == folder / "multi30k_de_en"
     assert (folder / "multi30k_de_en" / "manifest.json").is_file()
+
+
+# ------------------------------------------------------------------ beyond the list: paths
+
+
+def test_loops_of_links_and_odd_names_are_named(tmp_path, monkeypatch):
+    from _tools import tiny_config
+
+    from transformer_lib import translation
+
+    monkeypatch.chdir(tmp_path)
+    os.symlink("loop1", "loop2")
+    os.symlink("loop2", "loop1")  # was RuntimeError "Symlink loop" (resolve) in each
+    with pytest.raises(ValueError, match="config 'loop1' cannot be read: Symlink loop"):
+        config.load_config("loop1")
+    with pytest.raises(ValueError, match="path 'loop1' cannot be resolved"):
+        save_checkpoint("loop1", nn.Linear(2, 2), {})
+    with pytest.raises(ValueError, match="run directory loop1/x cannot be resolved"):
+        translation.train(tiny_config(), "loop1/x", progress=False)
+    with pytest.raises(ValueError, match=r"config 'a\\x00b' cannot be read"):
+        config.load_config("a\x00b")  # was "embedded null byte", naming nothing
+
+
+@pytest.mark.parametrize("base, message", [
+    ("/dev/zero", "is not a regular file"),  # was "does not exist"
+    ("a" * 5000, "cannot be read: .*File name too long"),  # was OSError, a traceback
+    ("\\u0000x", "cannot be read: embedded null byte"),
+])
+def test_a_base_that_cannot_be_a_config_is_named(tmp_path, base, message):
+    (tmp_path / "c.toml").write_text(f'base = "{base}"\n')
+    with pytest.raises(ValueError, match=f"c.toml: its base .*{message}"):
+        config.load_config(tmp_path / "c.toml")
+
+
+def test_save_checkpoint_under_a_file_names_the_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match=r"its folder '.*afile' is a file"):  # was Errno 17
+        save_checkpoint(tmp_path / "afile" / "ck", nn.Linear(2, 2), {})
+    assert (tmp_path / "afile").read_text() == "x"

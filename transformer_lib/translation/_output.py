@@ -83,6 +83,9 @@ def writable(path: str, *inputs: str | None) -> Output:
     if not target.parent.is_dir():
         what = "is not a folder" if target.parent.exists() else "does not exist"
         raise ValueError(f"--output {path!r}: its folder {str(target.parent)!r} {what}")
+    if (target.parent / "manifest.json").is_file():  # its manifest would no longer match
+        raise ValueError(f"--output {path!r} is inside the checkpoint {str(target.parent)!r}: "
+                         "writing there would break it; choose a file outside it")
     if target.exists() and not os.access(target, os.W_OK):
         raise ValueError(f"--output {path!r} is read-only")
     refusal = _sticky_refusal(path, target)

@@ -258,13 +258,19 @@ def _save_path(path: str | Path) -> Path:
     if isinstance(path, str) and not path.strip():
         raise ValueError("path '' is empty: name the checkpoint directory to write")
     p = Path(path)
+    try:
+        real = p.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a loop of links (Python < 3.13)
+        raise ValueError(f"path {str(path)!r} cannot be resolved: {e}") from None
     if p.is_symlink() or p.name in ("", ".."):
-        p = p.resolve()
+        p = real
+    if real.parent.exists() and not real.parent.is_dir():  # else "[Errno 17] File exists"
+        raise ValueError(f"path {str(path)!r}: its folder {str(real.parent)!r} is a file")
     try:
         here = Path.cwd().resolve()
     except OSError:
         return p
-    if p.resolve() == here or p.resolve() in here.parents:
+    if real == here or real in here.parents:
         raise ValueError(f"path {str(path)!r} is the working directory or holds it: the save "
                          "replaces the whole directory; name it from outside it")
     return p

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -371,7 +372,10 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     error naming the files.
     """
     if path.is_file() or not path.exists():
-        path = path.resolve()
+        try:
+            path = path.resolve()
+        except (OSError, RuntimeError, ValueError) as e:  # a loop of links, a NUL in it
+            raise ValueError(f"config {str(path)!r} cannot be read: {e}") from None
     # else a pipe (``--config <(...)``: /dev/fd/N) or a device: resolved, a pipe becomes
     # "pipe:[N]", a name that cannot be opened; read as given, its base is relative to the
     # working directory (a pipe has no folder)
@@ -388,6 +392,13 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ValueError(f"config {chain[0]}: its bases are chained more than {MAX_BASES} "
                          f"deep (at {path})")
     parent = (path.parent if path.is_file() else Path.cwd()) / base
+    try:  # a name too long, a NUL, a loop of links: no traceback naming nothing
+        os.stat(parent)
+    except (OSError, ValueError) as e:
+        if not isinstance(e, FileNotFoundError):
+            raise ValueError(f"config {path}: its base {base!r} cannot be read: {e}") from None
+    if parent.exists() and not parent.is_dir() and not parent.is_file():
+        raise ValueError(f"config {path}: its base {base!r} ({parent}) is not a regular file")
     if parent.is_dir():
         raise ValueError(f"config {path}: its base {base!r} ({parent}) is a directory, not a "
                          "config file")

@@ -84,7 +84,11 @@ def _check_not_inside_checkpoint(run_dir: Path) -> None:
     """Refuse a run directory inside a checkpoint (``RUN/last/nested``): the next save of that
     checkpoint replaces the whole directory, and this run with it. Links are followed: a
     link into another run's ``last/`` is inside it all the same."""
-    for parent in run_dir.resolve().parents:
+    try:
+        real = run_dir.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a loop of links (Python < 3.13)
+        raise ValueError(f"run directory {run_dir} cannot be resolved: {e}") from None
+    for parent in real.parents:
         if (parent / "manifest.json").is_file():
             raise FileExistsError(
                 f"run directory {run_dir} is inside the checkpoint {parent} (it holds "
