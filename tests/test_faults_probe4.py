@@ -379,7 +379,8 @@ def test_a_checkpoint_of_integer_weights_is_refused(checkpoint_dir, tmp_path):
 @pytest.mark.parametrize("beam", [1, 3])
 def test_translating_with_a_nan_weight_in_memory_is_refused(checkpoint_dir, beam):
     model, tok, _ = inference.load_model(checkpoint_dir, device="cpu")
-    with torch.no_grad():
+    inference.translate_sentences(model, tok, ["Ein Hund."], max_len_b=2, precision="fp32")
+    with torch.no_grad():  # after a call that found every weight finite
         next(model.parameters()).view(-1)[0] = float("nan")
     with pytest.raises(ValueError, match=r"model: weights \[.*\] are not finite"):
         inference.translate_sentences(model, tok, ["Ein Hund.", "Zwei."], beam_size=beam,
