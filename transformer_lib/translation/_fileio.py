@@ -119,6 +119,22 @@ def process_alive(pid: Any) -> bool:
     return True
 
 
+UNWRITTEN_STALE = 30.0  # seconds after which an empty or garbled lock file is debris
+
+
+def _left_unwritten(path: Path) -> bool:
+    """Remove a lock file left empty or garbled for ``UNWRITTEN_STALE`` seconds (its owner
+    writes its record at once after creating it: one killed in between left it so, and
+    every later taker waited for it, then failed); return whether it was removed."""
+    try:
+        if time.time() - path.stat().st_mtime < UNWRITTEN_STALE:
+            return False
+        path.unlink()
+    except OSError:
+        return False
+    return True
+
+
 class LockHeld(RuntimeError):
     """Another process holds the lock (the message names it and how to remove a stale lock)."""
 
@@ -164,6 +180,8 @@ class FileLock:
                 # removed and re-taken it since we read it), then try again.
                 if self._owner() == owner:
                     self.path.unlink(missing_ok=True)
+                return False, {}
+            if owner is None and _left_unwritten(self.path):  # killed before writing it
                 return False, {}
             return False, owner
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import os
-import secrets
 import sys
 import traceback
 from collections.abc import Callable
@@ -42,11 +41,17 @@ from typing import BinaryIO
 
 from transformer_lib.translation._lines import as_utf8, chunks, line_batches
 
+from transformer_lib.translation._output import writable as _writable
+from transformer_lib.translation._output import write_whole as _write_whole
+
 __all__ = ["main", "positive_int"]
 
 # evaluate --src/--ref: the most text (after gunzip) a file may hold. The files are held in
 # memory while their lines are translated, and a 10 MB gzip file can unpack to 10 GB.
 MAX_TEXT_BYTES = 256 << 20
+# ... and the longest line: a line is one sentence, and sacreBLEU spent 43 s and 5.6 GB on
+# one line of 48 MB (the total above alone would allow one of 256 MiB)
+MAX_LINE_BYTES = 64 << 10
 
 
 class _UsageError(Exception):
@@ -295,10 +300,10 @@ def _run(args: argparse.Namespace) -> int:
             )
         # the log's one line on stderr: stdout stays the score and the signature
         print(precision_note(args.precision, result["device"]), file=sys.stderr)
+        print(result["score_line"])  # first: an output that fails keeps the score
+        print(result["signature"], flush=True)
         if output is not None:
             _write_whole(output, json.dumps(result, indent=2, ensure_ascii=False))
-        print(result["score_line"])
-        print(result["signature"])
         return 0
     return _translate(args)
 
@@ -402,57 +407,6 @@ def _checkpoint(args: argparse.Namespace) -> Path:
     return path
 
 
-def _writable(path: str, *inputs: str | None) -> Path:
-    """--output, checked before any work: a bad path found after decoding loses the evaluation.
-
-    The check makes and removes a file beside it, as ``_write_whole`` will. It must not be one
-    of the `inputs` (--src, --ref): the result would replace the text it scores.
-    """
-    p = Path(path)
-    if not path.strip():
-        raise ValueError("--output '' is empty: name the JSON file to write")
-    if p.is_dir():
-        raise ValueError(f"--output {path!r} is a directory")
-    for name, other in zip(("--src", "--ref"), inputs):
-        if other and p.exists() and Path(other).exists() and p.samefile(other):
-            raise ValueError(f"--output {path!r} is the {name} file: it would be overwritten")
-    if not p.parent.is_dir():
-        what = "is not a folder" if p.parent.exists() else "does not exist"
-        raise ValueError(f"--output {path!r}: its folder {str(p.parent)!r} {what}")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ValueError(f"--output {path!r} is read-only")
-    probe = p.with_name(f".{p.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        probe.unlink()
-    except OSError as e:
-        raise ValueError(f"--output {path!r} cannot be written: {e.strerror or e}") from None
-    return p
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all: a temporary file beside it, then a rename.
-
-    A disk that fills, or a file-size limit, then leaves the previous file as it was instead
-    of a truncated one.
-    """
-    from transformer_lib.translation._fileio import fsync_dir
-
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:  # mode 0o666 less the umask, as for any new file
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as e:
-        raise OSError(f"--output {str(path)!r} was not written ({e.strerror or e}); a file "
-                      "that was there is unchanged") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _read_lines(path: str, name: str, limit: int | None) -> tuple[list[str], int]:
     """The first `limit` lines (None: all) of a UTF-8 text file, gzipped or not, and how many
     lines it has; a clear error for anything else.
@@ -473,12 +427,16 @@ def _read_lines(path: str, name: str, limit: int | None) -> tuple[list[str], int
     count = size = 0
     try:
         with (gzip.open(p, "rb") if zipped else open(p, "rb")) as f:
-            while raw := f.readline(MAX_TEXT_BYTES - size + 1):  # one line, or what is left
+            # one line (and its "\r\n"), or what is left
+            while raw := f.readline(min(MAX_TEXT_BYTES - size, MAX_LINE_BYTES + 1) + 1):
                 size += len(raw)
                 if size > MAX_TEXT_BYTES:
                     raise ValueError(f"{name} {path!r} holds more than "
                                      f"{MAX_TEXT_BYTES / 2**20:g} MiB of text; split it")
                 count += 1
+                if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+                    raise ValueError(f"{name} {path!r}: line {count} is longer than "
+                                     f"{MAX_LINE_BYTES:,} bytes (a line is one sentence)")
                 try:
                     text = raw.removesuffix(b"\n").decode("utf-8").rstrip("\r")
                     text = text.removeprefix("\ufeff") if count == 1 else text  # a BOM
