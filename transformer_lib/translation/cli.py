@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from transformer_lib.translation._lines import as_utf8, chunks, line_batches
-
 from transformer_lib.translation._output import writable as _writable
 from transformer_lib.translation._output import write_whole as _write_whole
 
