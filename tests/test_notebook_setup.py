@@ -212,7 +212,10 @@ def test_in_colab_it_installs_fetches_and_moves_into_chapters(monkeypatch, tmp_p
 
     pip_calls, urls = [], []
     monkeypatch.setattr(importlib.metadata, "version", version)
-    monkeypatch.setattr(subprocess, "run", lambda argv, check: pip_calls.append(argv))
+    monkeypatch.setattr(
+        subprocess, "run",
+        lambda argv, **kw: pip_calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""),
+    )  # fmt: skip
     monkeypatch.setattr(
         urllib.request, "urlopen",
         lambda url, timeout: urls.append(url) or _Response(f"from {url}".encode()),
