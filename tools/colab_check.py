@@ -59,11 +59,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_NOTEBOOKS = ["chapters/02_masks.ipynb", "chapters/08_translation.ipynb"]
 KERNEL = "colab-check"
-# What a new Colab runtime has installed, of what the chapters use (Colab's own list, late
-# 2025, as far as it matters here). torch 2.13.0 is constraints.txt's pin: pip takes it from
-# its configured local wheels or index (Colab's own torch is a CUDA build of its choosing).
-# jupyter-client and notebook are Colab's too, and pinned because otherwise pip would pick
-# today's, which need an ipykernel newer than Colab's.
+# What a new Colab runtime has installed, of what the chapters use: its kernel and widgets
+# (IPython 7.34, ipykernel 5.5.6, ipywidgets 7.7.1), pandas 2.2 and Altair 5.5, and what it
+# has of the package's own requirements (Colab ships transformers, hence tokenizers,
+# huggingface-hub and safetensors; versions of Colab's 2025 package lists). jupyter-client and
+# notebook are Colab's too, pinned because pip would otherwise pick today's, which need an
+# ipykernel newer than Colab's. torch 2.13.0 is constraints.txt's pin: pip takes it from its
+# configured local wheels or index (Colab's own torch is a CUDA build of its choosing).
 COLAB = {
     "torch": "2.13.0",
     "ipython": "7.34.0",
@@ -71,6 +73,11 @@ COLAB = {
     "ipywidgets": "7.7.1",
     "pandas": "2.2.2",
     "altair": "5.5.0",
+    "numpy": "2.0.2",
+    "tokenizers": "0.22.0",
+    "huggingface-hub": "0.34.4",
+    "safetensors": "0.6.2",
+    "tqdm": "4.67.1",
     "jupyter-client": "6.1.12",
     "notebook": "6.5.5",
 }
@@ -188,7 +195,7 @@ def serve(directory: Path) -> Iterator[str]:
 def kernel_manager(python: Path, where: Path) -> Any:
     """A kernel manager that starts `python`'s ipykernel (a kernelspec of its own in `where`)."""
     from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_client.manager import KernelManager
 
     spec = where / KERNEL
     spec.mkdir(parents=True, exist_ok=True)
@@ -198,7 +205,7 @@ def kernel_manager(python: Path, where: Path) -> Any:
         encoding="utf-8",
     )
     specs = KernelSpecManager(kernel_dirs=[str(where)], ensure_native_kernel=False)
-    return AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
+    return KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
 
 
 def execute(nb_path: Path, python: Path, env: dict[str, str], timeout: int = 1200) -> str:
@@ -219,6 +226,8 @@ def execute(nb_path: Path, python: Path, env: dict[str, str], timeout: int = 120
         error = f"{type(err).__name__}: {str(err)[-3000:]}"
     finally:
         nbformat.write(nb, nb_path)
+        if km.has_kernel:  # nbclient leaves a kernel manager it was given running
+            km.shutdown_kernel(now=True)
     return error
 
 
