@@ -6,8 +6,9 @@ pyproject.toml all change the cell, and this test fails until `python tools/note
 is run. Outside Colab the cell must do nothing, print nothing and take no time (nbval runs it).
 
 The cell's Colab branch is checked here with pip and the network replaced by fakes; the real
-thing (a chapter alone in an empty folder, a fresh virtual environment, a wheel and a local
-HTTP server) is `python tools/colab_check.py`, which takes minutes and is not part of CI.
+thing (a chapter alone in an empty folder, a fresh virtual environment with Colab's packages, a
+wheel and a local HTTP server of `git archive HEAD`) is tests/test_colab.py
+(tools/colab_check.py), which takes minutes.
 """
 
 from __future__ import annotations

@@ -14,6 +14,13 @@ The Multi30k data need nothing here: `load_multi30k` downloads them on first use
 nothing: nbval re-runs it in CI and compares its (empty) output, and Binder, a clone and the
 book's build already have everything. Running this tool twice changes nothing.
 
+In Colab the install keeps Colab's kernel as it is: pip adds what is missing, and the
+``notebooks`` extra admits the versions Colab has (tests/test_colab.py checks it in a
+Colab-like environment). A failed install or fetch stops the cell with one line (IPython shows
+an exception's ``_render_traceback_`` instead of a traceback) naming what failed, the address
+and what to do. From a clone's ``chapters/`` or ``notebooks/`` (the reader editions) the files
+are read where they are, as ``../results/...``.
+
 The cell's overrides, for testing it outside Colab:
 
 * ``BOOK_SETUP=1``: run the setup anywhere, not only in Colab;
