@@ -25,10 +25,8 @@ from _tools import load_tool
 colab = load_tool("colab_check")
 setup = load_tool("notebook_setup")
 
-# The folder of the notebooks a reader opens in Colab. Until the reader editions exist this is
-# the chapters themselves; with notebooks/ committed it becomes "notebooks".
-NOTEBOOKS = "chapters"
-CHAPTERS = ["02_masks.ipynb", "08_translation.ipynb"]
+# Chapters 2 and 8 from the folder a reader opens in Colab (colab_check.NOTEBOOKS).
+NOTEBOOKS = colab.DEFAULT_NOTEBOOKS
 # Colab's kernel and widgets: the versions a reader's running kernel must keep.
 KERNEL = ("ipython", "ipykernel", "ipywidgets", "jupyter-client", "pandas", "altair", "torch")
 
@@ -45,7 +43,9 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def _dead_address_output(report_venv: Path, work: Path, wheel: Path, data_url: str) -> list:
+def _dead_address_output(
+    report_venv: Path, work: Path, wheel: Path, data_url: str
+) -> tuple[list, str]:
     """The setup cell alone, run in a Colab-like kernel with a files address nobody answers."""
     python = colab.venv_python(report_venv)
     folder = work / "dead-address" / "content"
@@ -72,9 +72,8 @@ def test_chapters_run_in_colab_and_leave_its_kernel_alone(tmp_path):
     with colab.colab_run(tmp_path, default_data_dir()) as (archive, base, wheel, urls):
         timings["environment"] = time.monotonic() - start
         reports = []
-        for name in CHAPTERS:
-            report = colab.check_notebook(f"{NOTEBOOKS}/{name}", archive, base, wheel, urls,
-                                          tmp_path)  # fmt: skip
+        for name in NOTEBOOKS:
+            report = colab.check_notebook(name, archive, base, wheel, urls, tmp_path)
             print("\n".join(report.lines()))
             timings[name] = report.seconds
             reports.append(report)
