@@ -226,7 +226,8 @@ def execute(nb_path: Path, python: Path, env: dict[str, str], timeout: int = 120
         client.execute(env=env)  # the kernel's environment is `env` alone
         error = ""
     except Exception as err:  # the report says which cell failed and how
-        error = f"{type(err).__name__}: {str(err)[-3000:]}"
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(err))  # IPython's colours
+        error = f"{type(err).__name__}: {plain[-3000:]}"
     finally:
         nbformat.write(nb, nb_path)
         if km.has_kernel:  # nbclient leaves a kernel manager it was given running
