@@ -67,7 +67,7 @@ TRAIN_KEYS = COMMON_KEYS + [
     *(f"configs/*/config/{k}" for k in ("d_model", "N", "batch_size", "repeats", "n_batches")),
     *(
         f"configs/*/variants/*/{k}"
-        for k in ("model", "tokens_per_s", "vs_nn_transformer_fp32", "mfu")
+        for k in ("model", "tokens_per_s", "vs_nn_transformer_fp32", "mfu", "round_s_all")
     ),
     "configs/*/variants/*/peak_step_memory_bytes",
     "configs/*/ratios",
@@ -110,6 +110,8 @@ DECODE_KEYS = COMMON_KEYS + [
     ),
     "results/*/greedy_cache_ratio",
     "results/*/tokens_identical",
+    "results/*/greedy_no_cache_all_s",  # the rounds: the ratios' ranges
+    "results/*/greedy_cache_all_s",
 ]
 QUALITY_KEYS = COMMON_KEYS + [
     "wall_time_s",
@@ -134,7 +136,7 @@ TRANSLATE_KEYS = COMMON_KEYS + [
     "greedy_check/identical",
     "greedy_check/sentences",
     *(f"results/*/{k}" for k in ("system", "seconds", "sentences_per_s",
-                                 "target_tokens_per_s", "bleu")),
+                                 "target_tokens_per_s", "bleu", "seconds_all")),
 ]
 
 

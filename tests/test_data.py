@@ -166,16 +166,33 @@ def test_default_data_dir_is_multi30k_dir_else_the_user_cache(monkeypatch, tmp_p
     monkeypatch.delenv("MULTI30K_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert data.default_data_dir() == tmp_path / "xdg" / "transformer_lib" / "multi30k"
-    # Unset, empty or relative XDG_CACHE_HOME: ~/.cache (the XDG rule). Nothing else is looked
-    # at, the repository's surroundings included (tools/tasks.py sets MULTI30K_DIR for those).
+    # Unset, empty or relative XDG_CACHE_HOME: ~/.cache on Linux (the XDG rule), the system's
+    # user cache elsewhere (platformdirs). Nothing else is looked at, the repository's
+    # surroundings included (tools/tasks.py sets MULTI30K_DIR for those).
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("USERPROFILE", str(tmp_path / "home"))  # Path.home() on Windows
     home_cache = tmp_path / "home" / ".cache" / "transformer_lib" / "multi30k"
+    if not sys.platform.startswith("linux"):
+        import platformdirs
+
+        home_cache = platformdirs.user_cache_path("transformer_lib", appauthor=False) / "multi30k"
     for xdg in ("", "relative/cache"):
         monkeypatch.setenv("XDG_CACHE_HOME", xdg)
         assert data.default_data_dir() == home_cache
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert data.default_data_dir() == home_cache
+
+
+@pytest.mark.parametrize("how", ["MULTI30K_DIR", "data_dir"])
+def test_a_folder_under_a_user_that_does_not_exist_is_named(monkeypatch, how):
+    # before: RuntimeError "Could not determine home directory." naming neither
+    monkeypatch.setenv("MULTI30K_DIR", "~nosuchuser4t/x")
+    with pytest.raises(ValueError, match=rf"{how}='~nosuchuser4t/x' starts with "
+                                         r"~nosuchuser4t, but there is no such user"):
+        if how == "MULTI30K_DIR":
+            data.default_data_dir()
+        else:
+            data.load_multi30k("val", data_dir="~nosuchuser4t/x")
 
 
 def test_a_missing_file_in_multi30k_dir_is_an_error_not_a_download(monkeypatch, tmp_path):

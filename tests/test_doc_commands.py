@@ -31,7 +31,7 @@ PROGRAM = re.compile(r"(make |python |\.venv\S* |pip |jupytext |echo |([A-Z_]+=\
 EXAMPLE_CHAPTER = "02_masks"
 
 NOT_RUN = {
-    ".venv\\Scripts\\jupyter lab chapters": "a Windows path",
+    ".venv\\Scripts\\jupyter lab notebooks": "a Windows path",
     '.venv/bin/pip install ghp-import': "publishing: installs from the network",
     ".venv/bin/ghp-import -n -p -f _build/html": "publishing: pushes to GitHub",
     'pip install "annotated-transformer-book[notebooks] @ git+<repository.url>@main"':

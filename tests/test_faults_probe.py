@@ -70,8 +70,8 @@ REPORT = load_tool("multi30k_report")
 def test_report_refuses_bad_decoding_arguments_first(extra, message, tmp_path, capsys):
     run = tmp_path / "run"
     (run / "last").mkdir(parents=True)
-    (run / "history.json").write_text('[{"epoch": 1, "step": 1}]')
-    (run / "config.json").write_text("{}")
+    (run / "history.json").write_text('[{"epoch": 1, "step": 1, "tokens": 9, "minutes": 1}]')
+    (run / "config.json").write_text('{"length_penalty": 0.6}')
     with pytest.raises(SystemExit) as e:
         REPORT.parse_args(["--run", str(run), "--out", str(tmp_path / "r.json"), "--command",
                            "x", "--checkpoints", "last", "--system", "last", *extra])

@@ -65,3 +65,20 @@ def test_the_shipped_card_is_what_the_tool_writes_from_the_results():
     assert card == ship_model._card(results, {"beam": int(beam), "fp32": fp32, "bf16": bf16},
                                     files)
     assert "max_steps = 16000" in card and "which was bf16 autocast there" in card
+
+
+def test_the_note_quotes_the_hour_it_comes_from_as_that_run_recorded_it():
+    """The note's "made N steps in M minutes" of the hour the recipe comes from is that run's
+    own record: step N at minute M (57.5 minutes is where its epoch 19 ended, at step 15,314;
+    step 15,970 came at its 60-minute limit)."""
+    import json
+    import re
+
+    results = json.loads((ROOT / "results" / "multi30k.json").read_text(encoding="utf-8"))
+    hour_file = "experiments/time_to_quality/results/60min_quarter_batch_low_dropout.json"
+    hour = json.loads((ROOT / hour_file).read_text(encoding="utf-8"))
+    found = re.search(r"made ([\d,]+) steps in ([\d.]+) minutes", results["note"])
+    assert found, results["note"]
+    steps, minutes = int(found[1].replace(",", "")), float(found[2])
+    at = {h["step"]: h["minutes"] for h in hour["history"]}
+    assert steps == hour["steps"] and round(at[steps], 1) == minutes

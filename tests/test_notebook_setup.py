@@ -6,14 +6,16 @@ pyproject.toml all change the cell, and this test fails until `python tools/note
 is run. Outside Colab the cell must do nothing, print nothing and take no time (nbval runs it).
 
 The cell's Colab branch is checked here with pip and the network replaced by fakes; the real
-thing (a chapter alone in an empty folder, a fresh virtual environment, a wheel and a local
-HTTP server) is `python tools/colab_check.py`, which takes minutes and is not part of CI.
+thing (a chapter alone in an empty folder, a fresh virtual environment with Colab's packages, a
+wheel and a local HTTP server of `git archive HEAD`) is tests/test_colab.py
+(tools/colab_check.py), which takes minutes.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -22,6 +24,11 @@ from pathlib import Path
 
 import pytest
 from _tools import load_tool
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -212,7 +219,10 @@ def test_in_colab_it_installs_fetches_and_moves_into_chapters(monkeypatch, tmp_p
 
     pip_calls, urls = [], []
     monkeypatch.setattr(importlib.metadata, "version", version)
-    monkeypatch.setattr(subprocess, "run", lambda argv, check: pip_calls.append(argv))
+    monkeypatch.setattr(
+        subprocess, "run",
+        lambda argv, **kw: pip_calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""),
+    )  # fmt: skip
     monkeypatch.setattr(
         urllib.request, "urlopen",
         lambda url, timeout: urls.append(url) or _Response(f"from {url}".encode()),
@@ -245,3 +255,138 @@ def test_the_cell_is_folded_everywhere_and_hidden_on_the_site(book):
     assert cell["source"][0].startswith("#@title ")
     assert cell["metadata"]["jupyter"]["source_hidden"] is True  # JupyterLab folds the input
     assert "remove-cell" in cell["metadata"]["tags"]  # the site: it does nothing there
+
+
+# ------------------------------------------------------------------ Colab's kernel, failures
+
+
+def _requirements(extra: str) -> list:
+    """The requirements an extra brings, the project's own extras it names expanded."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    todo, found = list(extras[extra]), []
+    while todo:
+        req = Requirement(todo.pop())
+        if req.name == project["name"]:
+            todo += [r for name in req.extras for r in extras[name]]
+        else:
+            found.append(req)
+    return found + [Requirement(r) for r in project["dependencies"]]
+
+
+def test_the_notebooks_extra_admits_what_colab_has_and_no_build_tool():
+    """pip keeps an installed version the requirement admits: Colab's kernel stays as it is."""
+    colab = load_tool("colab_check")
+    reqs = _requirements("notebooks")
+    names = {colab.normalize(r.name) for r in reqs}
+    assert {"altair", "pandas", "ipywidgets"} <= names
+    refused = [f"{r} (Colab: {colab.COLAB[colab.normalize(r.name)]})" for r in reqs
+               if colab.normalize(r.name) in colab.COLAB
+               and colab.COLAB[colab.normalize(r.name)] not in r.specifier]  # fmt: skip
+    assert not refused, f"would upgrade what Colab has installed: {refused}"
+    assert not names & set(colab.BUILD_TOOLS), "the book's build tools belong in the book extra"
+    assert "myst-nb" in {colab.normalize(r.name) for r in _requirements("book")}
+
+
+def test_nothing_a_reader_runs_imports_myst_nb():
+    """glue comes from transformer_lib.viz: a reader's kernel needs no myst-nb."""
+    importing = re.compile(r"^\s*(?:import|from)\s+myst_nb\b", re.M)
+    found = [p.name for p in CHAPTERS if any(
+        importing.search(setup._source(c)) for c in _load(p)["cells"] if c["cell_type"] == "code"
+    )]  # fmt: skip
+    found += [str(p.relative_to(ROOT)) for p in (ROOT / "transformer_lib").rglob("*.py")
+              if importing.search(p.read_text(encoding="utf-8"))]  # fmt: skip
+    assert not found
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound, then released: nothing listens there afterwards
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_if_installed(monkeypatch, book) -> None:
+    """The book's package counts as installed (the cell skips pip)."""
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda n: book.version if n == book.dist else real(n)
+    )
+
+
+def test_a_failed_fetch_is_one_line_naming_the_address(monkeypatch, tmp_path, book):
+    monkeypatch.setenv("BOOK_SETUP", "1")
+    url = f"http://127.0.0.1:{_closed_port()}/raw"
+    monkeypatch.setenv("BOOK_SETUP_FILES_URL", url)
+    monkeypatch.chdir(tmp_path)
+    _as_if_installed(monkeypatch, book)
+    with pytest.raises(Exception) as caught:
+        exec(compile(_cell_code(["results/multi30k.json"]), "<setup cell>", "exec"), {})
+    err = caught.value
+    assert type(err).__name__ == "SetupFailed" and err.__cause__ is None
+    assert err.__suppress_context__  # no URLError chained under it
+    (line,) = err._render_traceback_()  # what IPython shows: this line, no traceback
+    assert line.startswith(f"Setup failed: could not fetch {url}/results/multi30k.json (")
+    assert line.endswith("then run this cell again.") and "\n" not in line
+    assert Path.cwd() == tmp_path  # it stopped before moving anywhere
+
+
+def test_a_failed_install_is_one_line_with_pips_reason(monkeypatch, tmp_path, book):
+    import importlib.metadata
+
+    monkeypatch.setenv("BOOK_SETUP", "1")
+    monkeypatch.setenv("BOOK_SETUP_REQUIREMENT", "/nowhere/book.whl[notebooks]")
+    monkeypatch.chdir(tmp_path)
+    real = importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name == book.dist:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    said = "WARNING: a note\nERROR: Could not install /nowhere/book.whl\nsome hint after it\n"
+    monkeypatch.setattr(
+        subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", said)
+    )
+    with pytest.raises(Exception) as caught:
+        exec(compile(_cell_code([]), "<setup cell>", "exec"), {})
+    (line,) = caught.value._render_traceback_()
+    assert line == (
+        "Setup failed: pip could not install /nowhere/book.whl[notebooks]: ERROR: Could not "
+        "install /nowhere/book.whl Check the address and the network, then run this cell again."
+    )
+
+
+@pytest.mark.parametrize("folder", ["chapters", "notebooks"])
+def test_in_a_clone_the_cell_uses_the_files_beside_it(monkeypatch, tmp_path, book, folder):
+    """The reader editions (notebooks/) read ../results like the chapters: nothing is fetched."""
+    import urllib.request
+
+    monkeypatch.setenv("BOOK_SETUP", "1")
+    _as_if_installed(monkeypatch, book)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "x.json").write_text("{}")
+    (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / folder)
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: pytest.fail("fetched"))
+    exec(compile(_cell_code(["results/x.json"]), "<setup cell>", "exec"), {})
+    assert Path.cwd() == tmp_path / folder and sorted(os.listdir(tmp_path)) == [folder, "results"]
+
+
+def test_myst_leftovers_are_counted_by_kind():
+    colab = load_tool("colab_check")
+    md = ("(sec-x)=\n# T\nA {glue:text}`a` and {glue}`b`, {cite}`v` and {numref}`f`.\n"
+          "```{figure} x.png\nCap\n```\n:::{admonition} Solution\n:class: dropdown\n:::\n"
+          "```python\nx = {1}\n```\n")  # fmt: skip
+    nb = {"cells": [{"cell_type": "markdown", "source": md},
+                    {"cell_type": "code", "source": "glue('{cite}`x`')"}]}  # fmt: skip
+    assert colab.myst_leftovers(nb) == {
+        "{glue:text}": 1, "{glue}": 1, "{cite}": 1, "{numref}": 1, "{figure} directive": 1,
+        "{admonition} directive": 1, "(label)= target": 1,
+    }  # fmt: skip

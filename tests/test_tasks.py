@@ -52,13 +52,15 @@ def test_test_task_runs_every_check_over_the_whole_repository(no_browser):
     assert plan("test") == [line for step in TEST_STEPS for line in plan(step)]
     lint, export_check, unit, nbval, book_check = (plan(step) for step in TEST_STEPS)
     assert lint[-1].split()[-2:] == ["check", "."]  # every file, chapters included
-    assert export_check[-1].endswith("tools/export.py --check")
+    # the package and the reader editions (notebooks/) against the chapters
+    assert export_check[-2].endswith("tools/export.py --check")
+    assert export_check[-1].endswith("tools/reader_edition.py --check")
     assert unit[-1].split()[-1] == "tests"
     # every chapter once, the chapters that train first (two workers: no long one last)
     given = [w for w in nbval[-1].split() if w.startswith("chapters/")]
     every = sorted(f"chapters/{p.name}" for p in (ROOT / "chapters").glob("*.ipynb"))
     assert sorted(given) == every and len(every) >= 11
-    assert given[0] == "chapters/06_training.ipynb" and "--no-loadscope-reorder" in nbval[-1]
+    assert given[0] == "chapters/08_translation.ipynb" and "--no-loadscope-reorder" in nbval[-1]
     assert "OMP_NUM_THREADS=1" in nbval[-1]
     assert book_check[-1].split()[-2:] == ["-q", "tests/site"]  # with the browser, on Linux
 
@@ -70,6 +72,8 @@ def test_book_task_executes_every_chapter_and_book_check_builds_that_site(no_bro
     assert "--config" not in build
     assert "execute_notebooks: force" in (ROOT / "_config.yml").read_text(encoding="utf-8")
     assert book.index("remove _build/html") < book.index(build)  # no pages of removed files
+    # the site's download and launch buttons open the reader editions: written before the build
+    assert book.index(".venv/bin/python tools/reader_edition.py") < book.index(build)
     assert book[-1] == "# Open _build/html/index.html"
     # book-check renders the same site from the stored outputs: the same build, plus the
     # config with execution off.
@@ -197,7 +201,8 @@ def test_execute_exports_before_and_after_running_the_notebooks():
         ".venv/bin/jupyter nbconvert --to notebook --execute --inplace "
         "--ExecutePreprocessor.timeout=1800 chapters/02_masks.ipynb"
     )
-    assert steps == [export, nbconvert, export]
+    reader = ".venv/bin/python tools/reader_edition.py"  # the reader editions of the new outputs
+    assert steps == [export, nbconvert, export, reader]
 
 
 def test_execute_defaults_to_every_chapter_in_order(monkeypatch):

@@ -274,6 +274,28 @@ def main() -> int:
     return 0
 
 
+def read_row(f: Path, name: str, *, collected: bool = True) -> dict[str, Any]:
+    """Row `name`'s result.json, or a ValueError saying what is wrong with it: a copy cut
+    short, or a file edited by hand, left JSON that fails to parse or a record without what
+    --collect (`collected`: its config's budget) and --rescore read (a traceback then)."""
+    try:
+        record = json.loads(f.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError("its JSON is nested too deeply") from None
+    if not isinstance(record, dict) or record.get("row") != name:
+        raise ValueError(f"not the record of row {name!r} (an object with its row)")
+    if not collected:
+        return record
+    config = record.get("config")
+    if not isinstance(config, dict):
+        raise ValueError(f"the record of row {name!r} has no config")
+    bad = [k for k in ("max_steps", "warmup", "lr_factor")
+           if isinstance(config.get(k), bool) or not isinstance(config.get(k), (int, float))]
+    if bad:
+        raise ValueError(f"its config has no number for {bad}")
+    return record
+
+
 def rescore(budget: str = "short") -> int:
     """Add the validation cross-entropy to the budget's finished rows that lack it."""
     _, runs, _, rows = _budget(budget)
@@ -282,7 +304,12 @@ def rescore(budget: str = "short") -> int:
         f = runs / name / "result.json"
         if not f.exists():
             continue
-        record = json.loads(f.read_text(encoding="utf-8"))
+        try:
+            record = read_row(f, name, collected=False)
+        except (OSError, ValueError) as e:
+            print(f"ablations --rescore: {f} is unreadable ({e}); delete it to train the row "
+                  "again", file=sys.stderr)
+            return 1
         if "val_nll" in record or "diverged" in record:
             continue
         record.update(cross_entropy(runs / name), val_nll_provenance=scorer)
@@ -320,7 +347,7 @@ def collect(allow_missing: bool = False, budget: str = "short") -> int:
             missing.append(name)
             continue
         try:
-            rows.append(json.loads(f.read_text(encoding="utf-8")))
+            rows.append(read_row(f, name))
         except (OSError, ValueError) as e:
             return _refuse(f"{f} is unreadable ({e}); delete it to train the row again", results)
     if not rows:

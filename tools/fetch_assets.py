@@ -10,6 +10,7 @@ Both outputs are generated, not committed (.gitignore). Run by `make book` and `
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import shutil
 import subprocess
@@ -54,7 +55,11 @@ def mathjax() -> None:
         shutil.copytree(Path(tmp) / "package" / "es5", dest)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    # no options: the parser is there so that --help prints this instead of fetching
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                            epilog="Run by `make book` and `make test`; takes no options.",
+                            ).parse_args(argv)
     vega_bundle()
     mathjax()
     digest = hashlib.sha256((ROOT / "book/_static/vega-bundle.js").read_bytes()).hexdigest()[:12]

@@ -69,7 +69,20 @@ def check_inputs(args: argparse.Namespace) -> str | None:
     for name in ("history.json", "config.json"):
         if not (args.run / name).is_file():
             return f"{args.run / name} not found: --run must be a training run directory"
-    history = json.loads((args.run / "history.json").read_text(encoding="utf-8"))
+    try:  # cut short by a copy, or edited: a traceback here, or a KeyError after the work
+        history = json.loads((args.run / "history.json").read_text(encoding="utf-8"))
+        config = json.loads((args.run / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        return f"{args.run}: its history.json or config.json is unreadable ({e})"
+    if not isinstance(config, dict) or isinstance(config.get("length_penalty"), bool) \
+            or not isinstance(config.get("length_penalty"), (int, float)):
+        return f"{args.run / 'config.json'} is not a run's config (no length_penalty)"
+    if not isinstance(history, list) or not all(
+            isinstance(r, dict) and all(isinstance(r.get(k), (int, float))
+                                        for k in ("step", "tokens", "minutes"))
+            for r in history):
+        return (f"{args.run / 'history.json'} is not a run's history (a list of epochs, each "
+                "with step, tokens and minutes)")
     if not any("epoch_fraction" not in r for r in history):
         return f"{args.run / 'history.json'} holds no complete epoch: nothing to report"
     present = [c for c in args.checkpoints if (args.run / c).is_dir()]

@@ -14,6 +14,13 @@ The Multi30k data need nothing here: `load_multi30k` downloads them on first use
 nothing: nbval re-runs it in CI and compares its (empty) output, and Binder, a clone and the
 book's build already have everything. Running this tool twice changes nothing.
 
+In Colab the install keeps Colab's kernel as it is: pip adds what is missing, and the
+``notebooks`` extra admits the versions Colab has (tests/test_colab.py checks it in a
+Colab-like environment). A failed install or fetch stops the cell with one line (IPython shows
+an exception's ``_render_traceback_`` instead of a traceback) naming what failed, the address
+and what to do. From a clone's ``chapters/`` or ``notebooks/`` (the reader editions) the files
+are read where they are, as ``../results/...``.
+
 The cell's overrides, for testing it outside Colab:
 
 * ``BOOK_SETUP=1``: run the setup anywhere, not only in Colab;
@@ -71,6 +78,10 @@ def _setup_for_colab(files: list[str]) -> None:
     from importlib import invalidate_caches, metadata
     from pathlib import Path
 
+    class SetupFailed(Exception):
+        def _render_traceback_(self):  # IPython shows this line only
+            return [f"Setup failed: {self}"]
+
     repo = "$repo"
     ref = "$ref"
     # GitHub serves the repository's files from another host
@@ -86,6 +97,8 @@ def _setup_for_colab(files: list[str]) -> None:
             "BOOK_SETUP_REQUIREMENT", f"{dist}[notebooks] @ git+{repo}@{ref}"
         )
         print(f"Installing {requirement} (a minute or two)")
+        # pip adds what is missing and keeps what Colab has (its kernel,
+        # widgets, pandas, Altair) where the book accepts the version.
         pip = [sys.executable, "-m", "pip", "install", "--quiet", requirement]
         # keep the torch that is installed (Colab's): pip must not replace it
         try:
@@ -93,27 +106,43 @@ def _setup_for_colab(files: list[str]) -> None:
         except metadata.PackageNotFoundError:  # the CPU build, not CUDA's
             cpu = "https://download.pytorch.org/whl/cpu"
             pip += ["--extra-index-url", cpu]
-        subprocess.run(pip, check=True)
+        done = subprocess.run(pip, capture_output=True, text=True)
+        if done.returncode != 0:
+            said = done.stderr.strip().splitlines() or ["no message"]
+            why = [line for line in said if line.startswith("ERROR")] or said
+            raise SetupFailed(
+                f"pip could not install {requirement}: {why[-1]} Check "
+                "the address and the network, then run this cell again."
+            )
         invalidate_caches()
-    # The chapter reads ../results/... from chapters/, as in the repository.
+    # The chapter reads ../results/... as in the repository: from chapters/
+    # or notebooks/ of a clone, else from a folder the files are fetched to.
     here = Path.cwd()
-    if here.name == "chapters":
-        root = here.parent
+    if here.name in ("chapters", "notebooks"):
+        root, work = here.parent, here
     else:
         root = here / "$folder"
+        work = root / "chapters"
     url = os.environ.get("BOOK_SETUP_FILES_URL", f"{raw}/{ref}")
     missing = [name for name in files if not (root / name).is_file()]
     if missing:
         print(f"Fetching {len(missing)} file(s) of results/, configs/ and "
               f"experiments/ into {root}")
     for name in missing:
-        with urllib.request.urlopen(f"{url}/{name}", timeout=60) as response:
-            data = response.read()
+        try:
+            with urllib.request.urlopen(f"{url}/{name}", timeout=60) as got:
+                data = got.read()
+        except OSError as err:  # no network, a wrong address, a timeout
+            why = getattr(err, "reason", err)
+            raise SetupFailed(
+                f"could not fetch {url}/{name} ({why}). Check the "
+                "network and the address, then run this cell again."
+            ) from None
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
     if files:
-        (root / "chapters").mkdir(parents=True, exist_ok=True)
-        os.chdir(root / "chapters")
+        work.mkdir(parents=True, exist_ok=True)
+        os.chdir(work)
     print("Ready: run the chapter's cells in order.")
 
 

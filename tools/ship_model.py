@@ -122,6 +122,17 @@ def check_results(results: Any, checkpoint: str, config: dict, parameters: int) 
                          f"checkpoint): {differ}")
 
 
+def check_card(results: dict) -> None:
+    """Raise ValueError unless the card renders from `results`: a partial file (a score
+    without its score_line, a provenance without its machine's fields) failed with a KeyError
+    after the BLEU checks, in the middle of the work."""
+    try:
+        _card(results, {"beam": 4, "fp32": "", "bf16": ""}, [])
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
+        raise ValueError(f"the results lack what the model card shows ({type(e).__name__}: "
+                         f"{e})") from None
+
+
 def _training_lines(r: dict) -> list[str]:
     """The card's commit and machine: the trainer's record, or an older file's fields."""
     p = r.get("provenance")
@@ -238,6 +249,7 @@ def main() -> int:
     try:
         results = json.loads(args.results.read_text(encoding="utf-8"))
         check_results(results, args.checkpoint, dataclasses.asdict(cfg), count_parameters(model))
+        check_card(results)
     except (OSError, ValueError) as e:
         ap.error(f"--results {args.results}: {e}; {OUT} left as it was")
     chosen = (results.get("length_penalty") or {}).get("chosen")

@@ -197,6 +197,8 @@ def book(r: Runner, args: list[str]) -> None:
     """Execute every chapter and render the site into _build/html."""
     install(r, [])
     r.run(r.python, "tools/fetch_assets.py")
+    # The reader editions (notebooks/) first: the site's download and launch buttons open them.
+    r.run(r.python, "tools/reader_edition.py")
     r.remove("_build/html")  # --all re-renders every page but keeps pages of files since removed
     r.run(r.tool("jupyter-book"), "build", "--all", "-W", "-n", "--keep-going", ".")
     r.say("Open _build/html/index.html")
@@ -209,9 +211,10 @@ def lint(r: Runner, args: list[str]) -> None:
 
 
 def export_check(r: Runner, args: list[str]) -> None:
-    """Fail when the package differs from what the chapters export."""
+    """Fail when the package or the reader editions differ from what the chapters give."""
     install(r, [])
     r.run(r.python, "tools/export.py", "--check")
+    r.run(r.python, "tools/reader_edition.py", "--check")
 
 
 def unit(r: Runner, args: list[str]) -> None:
@@ -239,8 +242,9 @@ def nbval(r: Runner, args: list[str]) -> None:
     )  # fmt: skip
 
 
-# The chapters whose cells train or translate, longest first (as timed on an imitated CPU).
-LONGEST_FIRST = ["06_training", "11_what_came_after", "08_translation", "10_what_the_paper_found",
+# The chapters whose cells train or translate, longest first (as timed on an imitated CPU;
+# chapter 8's reader trains a translator for four minutes of the wall clock).
+LONGEST_FIRST = ["08_translation", "06_training", "11_what_came_after", "10_what_the_paper_found",
                  "07_decoding", "05_model"]
 
 
@@ -408,7 +412,8 @@ def execute(r: Runner, args: list[str]) -> None:
     """Re-execute chapters in place (arguments: notebooks; default all), then export.
 
     The package is exported first, so the chapters run against the code they define now (a
-    chapter imports earlier chapters' code from the package), and again afterwards.
+    chapter imports earlier chapters' code from the package), and again afterwards; then the
+    reader editions (notebooks/) are written from the new outputs.
     """
     install(r, [])
     notebooks = args or sorted(p.as_posix() for p in Path("chapters").glob("*.ipynb"))
@@ -418,6 +423,7 @@ def execute(r: Runner, args: list[str]) -> None:
         "--ExecutePreprocessor.timeout=1800", *notebooks,
     )  # fmt: skip
     r.run(r.python, "tools/export.py")
+    r.run(r.python, "tools/reader_edition.py")
 
 
 def envcheck(r: Runner, args: list[str]) -> None:

@@ -5,11 +5,11 @@ by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
 __all__ = [
     "masked_softmax",
-    "AdditiveAttention",
+    "attention",
     "check_mask",
     "check_probability",
     "check_positive_int",
-    "attention",
+    "AdditiveAttention",
 ]
 
 import math
@@ -43,73 +43,47 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
 
 
-class AdditiveAttention(nn.Module):
-    """Additive (Bahdanau) attention: ``e_ij = vᵀ tanh(W q_i + U k_j)``.
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout: nn.Module | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Scaled dot-product attention: ``softmax(Q Kᵀ / √d_k) V``.
 
     Args:
-        query_size: features of a query (the decoder state ``s_{i-1}`` in
-            Bahdanau et al.).
-        key_size: features of a key (an encoder state ``h_j``).
-        num_hiddens: size of the hidden layer of the scoring network.
-        dropout: dropout probability on the attention weights.
+        query: ``(..., q_len, d_k)``.
+        key: ``(..., k_len, d_k)``.
+        value: ``(..., k_len, d_v)``.
+        mask: bool (or 0/1 integer) tensor broadcastable to ``(..., q_len,
+            k_len)``, True where a query may attend to a key. Masked keys get
+            exactly zero weight; a query with no key allowed gets zero weights
+            and a zero output.
+        dropout: module applied to the attention weights (e.g.
+            ``nn.Dropout(0.1)``), or None.
 
-    ``forward(query (batch, q_len, query_size), key (batch, k_len, key_size),
-    value (batch, k_len, d_v), mask=None) -> (output (batch, q_len, d_v),
-    weights (batch, q_len, k_len))`` with the same mask semantics as
-    :func:`attention`. The compatibility function the Transformer paper
-    contrasts with dot-product attention (Section 3.2.1); from Bahdanau et al.
-    (2015). Defined in chapter 1.
+    Returns:
+        ``(output, weights)``: output ``(..., q_len, d_v)`` and the weights
+        actually used, ``(..., q_len, k_len)`` (after dropout), so that
+        ``output == weights @ value``.
+
+    "Attention Is All You Need", Section 3.2.1 (Equation 1). Defined in
+    chapter 1.
     """
-
-    def __init__(
-        self,
-        query_size: int,
-        key_size: int,
-        num_hiddens: int,
-        dropout: float = 0.0,
-    ):
-        super().__init__()
-        dropout = check_probability(dropout, "dropout")
-        # W: query -> hidden
-        self.W = nn.Linear(query_size, num_hiddens, bias=False)
-        # U: key -> hidden
-        self.U = nn.Linear(key_size, num_hiddens, bias=False)
-        self.v = nn.Linear(num_hiddens, 1, bias=False)  # vᵀ: hidden -> score
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        _check_qkv(query, key, value)
-        if query.size(-1) != self.W.in_features or key.size(-1) != self.U.in_features:
-            raise ValueError(
-                f"query must have {self.W.in_features} features and key "
-                f"{self.U.in_features}, got query {tuple(query.shape)} and "
-                f"key {tuple(key.shape)}"
-            )
-        # 1) project both sides into the hidden space, then add every query
-        #    to every key
-        q = self.W(query).unsqueeze(-2)  # (batch, q_len, 1, num_hiddens)
-        k = self.U(key).unsqueeze(-3)  # (batch, 1, k_len, num_hiddens)
-        # (batch, q_len, k_len)
-        scores = self.v(torch.tanh(q + k)).squeeze(-1)
-        # 2) weights over the keys (masked keys get none)
-        if mask is not None:
-            mask = check_mask(
-                mask,
-                query.size(-2),
-                key.size(-2),
-                batch_shape=scores.shape[:-2],
-            )
-        # (batch, q_len, k_len)
-        weights = self.dropout(masked_softmax(scores, mask))
-        # 3) the weighted average of the values:
-        # (batch, q_len, d_v), (batch, q_len, k_len)
-        return weights @ value, weights
+    _check_attention_args(query, key, value, dropout)  # names a bad argument
+    d_k = query.size(-1)
+    # 1) scores: every query against every key, scaled by 1/√d_k
+    # (..., q_len, k_len)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+    # 2) weights: softmax over the keys, masked keys at exactly zero
+    if mask is not None:
+        mask = check_mask(mask, query.size(-2), key.size(-2), batch_shape=scores.shape[:-2])
+    weights = masked_softmax(scores, mask)  # (..., q_len, k_len)
+    if dropout is not None:
+        weights = dropout(weights)
+    # 3) output: the weighted average of the values
+    return weights @ value, weights  # (..., q_len, d_v), (..., q_len, k_len)
 
 
 def check_mask(
@@ -240,34 +214,9 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
         ) from None
 
 
-def attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None = None,
-    dropout: nn.Module | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Scaled dot-product attention: ``softmax(Q Kᵀ / √d_k) V``.
-
-    Args:
-        query: ``(..., q_len, d_k)``.
-        key: ``(..., k_len, d_k)``.
-        value: ``(..., k_len, d_v)``.
-        mask: bool (or 0/1 integer) tensor broadcastable to ``(..., q_len,
-            k_len)``, True where a query may attend to a key. Masked keys get
-            exactly zero weight; a query with no key allowed gets zero weights
-            and a zero output.
-        dropout: module applied to the attention weights (e.g.
-            ``nn.Dropout(0.1)``), or None.
-
-    Returns:
-        ``(output, weights)``: output ``(..., q_len, d_v)`` and the weights
-        actually used, ``(..., q_len, k_len)`` (after dropout), so that
-        ``output == weights @ value``.
-
-    "Attention Is All You Need", Section 3.2.1 (Equation 1). Defined in
-    chapter 1.
-    """
+def _check_attention_args(query: Tensor, key: Tensor, value: Tensor, dropout: object) -> None:
+    """The checks of :func:`attention`: :func:`_check_qkv`, one d_k for
+    query and key, and a callable dropout (or None)."""
     _check_qkv(query, key, value)
     if query.size(-1) != key.size(-1):
         raise ValueError(
@@ -276,15 +225,72 @@ def attention(
         )
     if dropout is not None and not callable(dropout):
         raise ValueError(f"dropout must be an nn.Module (e.g. nn.Dropout) or None, got {dropout!r}")
-    d_k = query.size(-1)
-    # 1) scores: every query against every key, scaled by 1/√d_k
-    # (..., q_len, k_len)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
-    # 2) weights: softmax over the keys, masked keys at exactly zero
-    if mask is not None:
-        mask = check_mask(mask, query.size(-2), key.size(-2), batch_shape=scores.shape[:-2])
-    weights = masked_softmax(scores, mask)  # (..., q_len, k_len)
-    if dropout is not None:
-        weights = dropout(weights)
-    # 3) output: the weighted average of the values
-    return weights @ value, weights  # (..., q_len, d_v), (..., q_len, k_len)
+
+
+class AdditiveAttention(nn.Module):
+    """Additive (Bahdanau) attention: ``e_ij = vᵀ tanh(W q_i + U k_j)``.
+
+    Args:
+        query_size: features of a query (the decoder state ``s_{i-1}`` in
+            Bahdanau et al.).
+        key_size: features of a key (an encoder state ``h_j``).
+        num_hiddens: size of the hidden layer of the scoring network.
+        dropout: dropout probability on the attention weights.
+
+    ``forward(query (batch, q_len, query_size), key (batch, k_len, key_size),
+    value (batch, k_len, d_v), mask=None) -> (output (batch, q_len, d_v),
+    weights (batch, q_len, k_len))`` with the same mask semantics as
+    :func:`attention`. The compatibility function the Transformer paper
+    contrasts with dot-product attention (Section 3.2.1); from Bahdanau et al.
+    (2015). Defined in chapter 1.
+    """
+
+    def __init__(
+        self,
+        query_size: int,
+        key_size: int,
+        num_hiddens: int,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        dropout = check_probability(dropout, "dropout")
+        # W: query -> hidden
+        self.W = nn.Linear(query_size, num_hiddens, bias=False)
+        # U: key -> hidden
+        self.U = nn.Linear(key_size, num_hiddens, bias=False)
+        self.v = nn.Linear(num_hiddens, 1, bias=False)  # vᵀ: hidden -> score
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        _check_qkv(query, key, value)
+        if query.size(-1) != self.W.in_features or key.size(-1) != self.U.in_features:
+            raise ValueError(
+                f"query must have {self.W.in_features} features and key "
+                f"{self.U.in_features}, got query {tuple(query.shape)} and "
+                f"key {tuple(key.shape)}"
+            )
+        # 1) project both sides into the hidden space, then add every query
+        #    to every key
+        q = self.W(query).unsqueeze(-2)  # (batch, q_len, 1, num_hiddens)
+        k = self.U(key).unsqueeze(-3)  # (batch, 1, k_len, num_hiddens)
+        # (batch, q_len, k_len)
+        scores = self.v(torch.tanh(q + k)).squeeze(-1)
+        # 2) weights over the keys (masked keys get none)
+        if mask is not None:
+            mask = check_mask(
+                mask,
+                query.size(-2),
+                key.size(-2),
+                batch_shape=scores.shape[:-2],
+            )
+        # (batch, q_len, k_len)
+        weights = self.dropout(masked_softmax(scores, mask))
+        # 3) the weighted average of the values:
+        # (batch, q_len, d_v), (batch, q_len, k_len)
+        return weights @ value, weights

@@ -310,7 +310,25 @@ def _check_beam_args(
         raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}], got {n_best!r}")
     if not isinstance(length_penalty, (int, float)) or not math.isfinite(length_penalty):
         raise ValueError(f"length_penalty must be a finite number (alpha), got {length_penalty!r}")
-    return _sentence_limits(max_len, src.size(0))
+    limits = _sentence_limits(max_len, src.size(0))
+    _check_penalty_range(length_penalty, max(limits, default=0) + 1)
+    return limits
+
+
+def _check_penalty_range(alpha: float, longest: int) -> None:
+    """Refuse an alpha whose penalty overflows or vanishes (1e6 raised
+    OverflowError deep in the search): lp must stay a positive float."""
+    for n in (0, longest):
+        try:
+            lp = gnmt_length_penalty(n, alpha)
+        except OverflowError:
+            lp = math.inf
+        if not 0 < lp < math.inf:
+            raise ValueError(
+                f"length_penalty {alpha!r} is too large in size: the "
+                f"penalty ((5 + {n}) / 6) ** alpha is {lp} (use an alpha "
+                "between 0 and a few)"
+            )
 
 
 def _finish(

@@ -3,7 +3,7 @@
 Written from chapters/03_multihead_attention.ipynb (3. Multi-head attention)
 by tools/export.py: do not edit. Edit the chapter and run `make export`."""
 
-__all__ = ["fused_attention", "MultiHeadedAttention"]
+__all__ = ["MultiHeadedAttention", "fused_attention"]
 
 import torch
 import torch.nn.functional as F
@@ -15,38 +15,6 @@ from transformer_lib.attention import (
     check_positive_int,
     check_probability,
 )
-
-
-def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
-    """Scaled dot-product attention in every head, with the fused kernel.
-
-    softmax(q k^T / sqrt(d_k)) v ("Attention Is All You Need", section
-    3.2.1), computed by PyTorch's ``F.scaled_dot_product_attention``, which
-    does not return the weights. Fully masked rows follow the book's
-    convention: a query with no allowed key gets a zero output, like
-    chapter 1's ``attention``, whatever the kernel would give for it.
-
-    Args:
-        q: (batch, h, q_len, d_k) queries, split into heads.
-        k, v: (batch, h, k_len, d_k) keys and values.
-        mask: bool, True = may attend, broadcastable to
-            (batch, h, q_len, k_len); or None.
-        p: dropout probability on the attention weights (0 in evaluation).
-
-    Returns (batch, h, q_len, d_k). Defined in chapter 3.
-    """
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-    sees_any = mask.any(dim=-1, keepdim=True)  # (…, q_len, 1)
-    # The usual case, nothing to repair; checked on the CPU only (on a GPU,
-    # reading the answer would make the host wait for the device).
-    if q.device.type == "cpu" and bool(sees_any.all()):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-    # Unmask fully masked rows for the kernel (no NaN, no NaN gradients),
-    # then zero their outputs.
-    keep = mask | ~sees_any
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=p)
-    return out.masked_fill(~sees_any, 0.0)  # (batch, h, q_len, d_k)
 
 
 class MultiHeadedAttention(nn.Module):
@@ -229,6 +197,38 @@ def _check_projected(k: Tensor, v: Tensor, batch: int, h: int, d_k: int) -> None
                 f"{name} must be projected by project_kv, of shape "
                 f"(batch={batch}, h={h}, k_len, d_k={d_k}) like k, got {got}"
             )
+
+
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
+    """Scaled dot-product attention in every head, with the fused kernel.
+
+    softmax(q k^T / sqrt(d_k)) v ("Attention Is All You Need", section
+    3.2.1), computed by PyTorch's ``F.scaled_dot_product_attention``, which
+    does not return the weights. Fully masked rows follow the book's
+    convention: a query with no allowed key gets a zero output, like
+    chapter 1's ``attention``, whatever the kernel would give for it.
+
+    Args:
+        q: (batch, h, q_len, d_k) queries, split into heads.
+        k, v: (batch, h, k_len, d_k) keys and values.
+        mask: bool, True = may attend, broadcastable to
+            (batch, h, q_len, k_len); or None.
+        p: dropout probability on the attention weights (0 in evaluation).
+
+    Returns (batch, h, q_len, d_k). Defined in chapter 3.
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+    sees_any = mask.any(dim=-1, keepdim=True)  # (…, q_len, 1)
+    # The usual case, nothing to repair; checked on the CPU only (on a GPU,
+    # reading the answer would make the host wait for the device).
+    if q.device.type == "cpu" and bool(sees_any.all()):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+    # Unmask fully masked rows for the kernel (no NaN, no NaN gradients),
+    # then zero their outputs.
+    keep = mask | ~sees_any
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=p)
+    return out.masked_fill(~sees_any, 0.0)  # (batch, h, q_len, d_k)
 
 
 def _fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:

@@ -40,6 +40,8 @@ CHROMIUM_ARGS = [
 NON_PAGE_DIRS = {"_static", "_sources", "_images", "mathjax", "_downloads"}
 # Pages Sphinx writes for every site, with no chapter content.
 NON_CHAPTER_PAGES = {"genindex.html", "search.html", "index.html"}
+# The reader editions (tools/reader_edition.py): what the launch and download buttons open.
+READER_EDITIONS = ROOT / "notebooks"
 # The book's drawings (tools/draw_figures.py); Sphinx copies the ones a page uses to _images/.
 FIGURES = ROOT / "book" / "figures"
 

@@ -14,6 +14,8 @@ import yaml
 from sitecheck import (
     CONFIG,
     NON_PAGE_DIRS,
+    READER_EDITIONS,
+    ROOT,
     TOC,
     chapter_number,
     drawing_names,
@@ -304,6 +306,9 @@ def _links(path: Path) -> list[tuple[str, dict[str, str]]]:
 
 
 def test_chapter_pages_have_launch_and_download_buttons(site):
+    """Colab, Binder and the download open the chapter's reader edition (notebooks/, written by
+    tools/reader_edition.py; book/_ext/reader_links.py points the buttons at it), not the MyST
+    source in chapters/, which a notebook viewer shows as build syntax."""
     cfg = _config()
     repo = cfg["repository"]["url"].rstrip("/")
     branch = cfg["repository"].get("branch", "main")
@@ -317,7 +322,8 @@ def test_chapter_pages_have_launch_and_download_buttons(site):
     for page in pages:
         path = site / page
         hrefs = {a["href"] for _, a in _links(path)}
-        nb_path = Path(page).with_suffix(".ipynb").as_posix()
+        edition = READER_EDITIONS / Path(page).with_suffix(".ipynb").name
+        nb_path = edition.relative_to(ROOT).as_posix()
         expected = {
             "Colab": f"{colab}/github/{owner_repo}/blob/{branch}/{nb_path}",
             "Binder": f"{binder}/v2/gh/{owner_repo}/{branch}?urlpath=lab/tree/{nb_path}",
@@ -326,6 +332,8 @@ def test_chapter_pages_have_launch_and_download_buttons(site):
         problems += [
             f"{page}: no {name} link {url!r}" for name, url in expected.items() if url not in hrefs
         ]
+        problems += [f"{page}: a link opens the source {h!r}" for h in hrefs
+                     if "colab" in h or "binder" in h if "/chapters/" in h]  # fmt: skip
         downloads = [
             a["href"]
             for _, a in _links(path)
@@ -337,6 +345,8 @@ def test_chapter_pages_have_launch_and_download_buttons(site):
             target = (path.parent / href).resolve()
             if not target.is_file():
                 problems.append(f"{page}: download {href!r} is missing from the site")
+            elif not edition.is_file() or target.read_bytes() != edition.read_bytes():
+                problems.append(f"{page}: download {href!r} is not the reader edition {nb_path}")
     assert not problems, "\n  ".join(["launch / download buttons:", *problems])
 
 

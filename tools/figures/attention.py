@@ -126,10 +126,11 @@ MASKS_DESC = (
     "Three 5 by 5 grids, rows are query positions and columns key positions; a filled cell "
     "means the query may attend to that key, a crossed cell that it may not. Left, the "
     "padding mask for the source 'ein Hund läuft <pad> <pad>': the two padding columns are "
-    "blocked for every row. Middle, the causal mask for the target '<s> a dog runs </s>': "
-    "the lower triangle including the diagonal is allowed, so each position sees itself "
-    "and earlier positions only. Right, the decoder's mask for a padded target '<s> a dog "
-    "<pad> <pad>': the causal mask and the padding mask combined with a logical and."
+    "blocked for every row. Middle, the causal mask for the decoder input '<s> a dog runs "
+    "fast' (the target 'a dog runs fast' behind the start symbol): the lower triangle "
+    "including the diagonal is allowed, so each position sees itself and earlier positions "
+    "only. Right, the decoder's mask for a padded decoder input '<s> a dog <pad> <pad>': the "
+    "causal mask and the padding mask combined with a logical and."
 )
 MASK_CELL = 36  # side of one cell of a mask grid
 MASK_TOP = 120  # y of the grids' top edge
@@ -139,7 +140,8 @@ def draw_masks() -> Svg:
     """Chapter 2: padding mask, causal mask and both combined, as 5 x 5 grids."""
     svg = Svg(760, 356, "Padding mask and causal mask", MASKS_DESC)
     src = ["ein", "Hund", "läuft", "<pad>", "<pad>"]
-    tgt = ["<s>", "a", "dog", "runs", "</s>"]
+    # decoder inputs: <s> + the target (chapter 2), never </s>
+    tgt = ["<s>", "a", "dog", "runs", "fast"]
     tgt_pad = ["<s>", "a", "dog", "<pad>", "<pad>"]
     _grid(svg, 66, src, lambda i, j: j < 3, "Padding mask", "keys that are padding")
     _grid(svg, 318, tgt, lambda i, j: j <= i, "Causal mask", "no later position")

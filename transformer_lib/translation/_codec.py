@@ -100,15 +100,30 @@ def decode_tree(obj: Any, tensors: Mapping[str, torch.Tensor], where: str) -> An
         return obj
     if len(obj) == 1 and next(iter(obj)) in _MARKERS:
         kind, value = next(iter(obj.items()))
+        if kind in ("__tuple__", "__items__") and not isinstance(value, list):
+            raise ValueError(f"{where}: {kind} must hold a list, got {str(value)[:40]}")
         if kind == "__tuple__":
             return tuple(decode_tree(v, tensors, where) for v in value)
         if kind == "__items__":
-            return {decode_tree(k, tensors, where): decode_tree(v, tensors, where)
-                    for k, v in value}
+            return dict(_item(pair, tensors, where) for pair in value)
         if not isinstance(value, str) or value not in tensors:
             raise ValueError(f"{where} refers to tensor {value!r}, which is not stored")
         return tensors[value] if kind == "__tensor__" else tensors[value].numpy()
     return {k: decode_tree(v, tensors, where) for k, v in obj.items()}
+
+
+def _item(pair: Any, tensors: Mapping[str, torch.Tensor], where: str) -> tuple[Any, Any]:
+    """One [key, value] of an ``__items__`` list, decoded; the key must be hashable."""
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise ValueError(f"{where}: __items__ must hold [key, value] pairs, got "
+                         f"{str(pair)[:40]}")
+    key = decode_tree(pair[0], tensors, where)
+    try:
+        hash(key)
+    except TypeError:
+        raise ValueError(f"{where}: an __items__ key must be a number or a string, got "
+                         f"{str(key)[:40]}") from None
+    return key, decode_tree(pair[1], tensors, where)
 
 
 def redirect_refs(tree: Any, aliases: Mapping[str, str]) -> Any:

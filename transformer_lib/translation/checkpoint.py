@@ -122,17 +122,16 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def _write_tensors(path: Path, tensors: Mapping[str, torch.Tensor], meta: dict[str, str]) -> None:
     from safetensors import SafetensorError
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    try:
-        save_file(dict(tensors), str(path), metadata=meta)
-    except SafetensorError as e:  # an I/O error (disk full, file too large), as Rust says it
+    try:  # bytes, written as open() would (save_file creates its file 0600 whatever the umask)
+        blob = save(dict(tensors), metadata=meta)
+    except SafetensorError as e:
         code = re.search(r"os error (\d+)", str(e))
         if code is None:
             raise OSError(errno.EIO, f"could not write it: {e}", str(path)) from e
         raise OSError(int(code[1]), os.strerror(int(code[1])), str(path)) from e
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
+    write_durably(path, blob)
 
 
 def _fill(
@@ -219,7 +218,7 @@ def save_checkpoint(
     Returns `path`. A write that fails (disk full, a file-size limit) raises an ``OSError``
     naming `path`; the previous checkpoint there, if any, is left as it was.
     """
-    path = Path(path)
+    path = _save_path(path)
     _check_replaceable(path)  # before the work: a refusal costs nothing
     documents = dict(documents or {})
     _check_documents(documents)
@@ -248,6 +247,32 @@ def save_checkpoint(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _save_path(path: str | Path) -> Path:
+    """The directory to replace. A link is followed, as writing a file through it would (the
+    swap renames directories: it replaced the link, leaving its target at the old version).
+    "." and ".." are named absolutely (the swap's lock and temporary directory go beside the
+    directory, not inside it); the working directory and its parents are refused."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError("path '' is empty: name the checkpoint directory to write")
+    p = Path(path)
+    try:
+        real = p.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a loop of links (Python < 3.13)
+        raise ValueError(f"path {str(path)!r} cannot be resolved: {e}") from None
+    if p.is_symlink() or p.name in ("", ".."):
+        p = real
+    if real.parent.exists() and not real.parent.is_dir():  # else "[Errno 17] File exists"
+        raise ValueError(f"path {str(path)!r}: its folder {str(real.parent)!r} is a file")
+    try:
+        here = Path.cwd().resolve()
+    except OSError:
+        return p
+    if real == here or real in here.parents:
+        raise ValueError(f"path {str(path)!r} is the working directory or holds it: the save "
+                         "replaces the whole directory; name it from outside it")
+    return p
 
 
 def _check_replaceable(path: Path) -> None:
@@ -354,7 +379,7 @@ def _check_file(path: Path, manifest: Mapping[str, Any], verify: bool) -> Path:
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # not UTF-8, not JSON, an integer of more than 4,300 digits
         raise ValueError(f"{path} is not valid JSON: {e}") from e
     except RecursionError:  # "[[[[..." deeper than the interpreter's stack: a crafted file
         raise ValueError(f"{path} is corrupt: its JSON is nested too deeply to read") from None
@@ -384,8 +409,11 @@ def _model_state(path: Path, manifest: Mapping[str, Any], verify: bool, device: 
     tensors, meta = _read_tensors(file, device)
     try:
         aliases = json.loads(meta.get("aliases", "{}"))
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:
         raise ValueError(f"{file}: the 'aliases' metadata is not valid JSON: {e}") from e
+    if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
+        raise ValueError(f"{file}: the 'aliases' metadata must map tensor names to tensor "
+                         f"names, got {str(aliases)[:60]}")
     for alias, name in aliases.items():
         if name not in tensors:
             raise ValueError(f"{file}: alias {alias!r} refers to missing tensor {name!r}")
@@ -403,6 +431,10 @@ def _load_into(model: nn.Module, state: Mapping[str, torch.Tensor], where: Path)
         for k in sorted(set(state) & set(expected))
         if state[k].shape != expected[k].shape
     ]
+    # load_state_dict would cast them: integer "weights" loaded and translated to ""
+    shapes += [f"{k}: stored as {state[k].dtype}, the model's weights are floating point"
+               for k in sorted(set(state) & set(expected))
+               if expected[k].is_floating_point() and not state[k].is_floating_point()]
     if missing or unexpected or shapes:
         parts = []
         if missing:
@@ -427,10 +459,13 @@ def _read_files(path: Path, manifest: Mapping[str, Any], device: str, verify: bo
             raise ValueError(f"{path / _TRAINER_J} must hold a JSON object")
         # The optimizer's tensors (twice the model's size for Adam) are read only when needed.
         wanted = [k for k in tree if k != "optimizer" or with_optimizer]
-        refs = tensor_refs({k: tree[k] for k in wanted})
-        tensors_file = _check_file(path / _TRAINER_T, manifest, verify)
-        tensors, _ = _read_tensors(tensors_file, device, refs)
-        trainer = {k: decode_tree(tree[k], tensors, str(path / _TRAINER_J)) for k in wanted}
+        try:  # a crafted tree: "[[[[" 900 deep reads as JSON, then decoding recursed
+            refs = tensor_refs({k: tree[k] for k in wanted})
+            tensors_file = _check_file(path / _TRAINER_T, manifest, verify)
+            tensors, _ = _read_tensors(tensors_file, device, refs)
+            trainer = {k: decode_tree(tree[k], tensors, str(path / _TRAINER_J)) for k in wanted}
+        except RecursionError:
+            raise ValueError(f"{path / _TRAINER_J} is corrupt: nested too deeply") from None
     tokenizer = None
     if _TOKENIZER in manifest.get("files", {}):
         tokenizer = _check_file(path / _TOKENIZER, manifest, verify)

@@ -11,13 +11,17 @@
     python -m transformer_lib evaluate --precision fp32   # default auto: bf16 where native
     echo "Ein Hund rennt im Schnee." | \
         python -m transformer_lib translate --checkpoint runs/shipped/best
+    python -m transformer_lib translate sentences.de.txt > sentences.en.txt
+
+The console script ``transformer-lib`` is the same command (``transformer-lib --version``).
 
 Without ``--checkpoint``, ``evaluate`` and ``translate`` use the model that ships with the
 package (``transformer_lib.load_pretrained``). Each command is one call into the package:
 ``loop.train``, ``inference.evaluate`` (a Multi30k split) or ``inference.translate_and_score``
-(``--src``/``--ref``), and ``inference.translate_sentences`` for each batch of stdin lines as
-they arrive (``translate`` writes each line's translation as soon as its batch is done). Both
-refuse a source line of more than ``--max-input-len`` subwords, before decoding anything.
+(``--src``/``--ref``), and ``inference.translate_sentences`` for each batch of lines of FILE
+or stdin as they arrive (``translate`` writes each line's translation as soon as its batch is
+done). Both refuse a source line of more than ``--max-input-len`` subwords, before decoding
+anything.
 
 A user error prints one line ``error: ...`` on stderr and exits with status 2 (bad arguments)
 or 1 (anything that fails while running); ``--debug`` prints the traceback instead.
@@ -29,17 +33,24 @@ import argparse
 import json
 import math
 import os
-import secrets
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
+
+from transformer_lib.translation._lines import as_utf8, chunks, line_batches
+from transformer_lib.translation._output import writable as _writable
+from transformer_lib.translation._output import write_whole as _write_whole
 
 __all__ = ["main", "positive_int"]
 
 # evaluate --src/--ref: the most text (after gunzip) a file may hold. The files are held in
 # memory while their lines are translated, and a 10 MB gzip file can unpack to 10 GB.
 MAX_TEXT_BYTES = 256 << 20
+# ... and the longest line: a line is one sentence, and sacreBLEU spent 43 s and 5.6 GB on
+# one line of 48 MB (the total above alone would allow one of 256 MiB)
+MAX_LINE_BYTES = 64 << 10
 
 
 class _UsageError(Exception):
@@ -107,12 +118,28 @@ _INFER_PRECISION = ("autocast precision (default auto: bf16 where this machine h
                     "translation never depends on the lines decoded with it; in bf16 it rarely can")
 
 
+def _prog() -> str:
+    """The command as typed: ``transformer-lib`` (the console script) or ``python -m
+    transformer_lib`` (argparse would say ``__main__.py`` before Python 3.12)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m transformer_lib" if name in ("", "-c", "__main__.py") else name
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:  # the distribution's name (pyproject.toml), not the import name
+        return version("annotated-transformer-book")
+    except PackageNotFoundError:  # a source tree on sys.path, never installed
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="on an error, print the traceback instead of one line")
-    p = _Parser(prog="python -m transformer_lib", description=__doc__.splitlines()[0],
-                parents=[common])
+    p = _Parser(prog=_prog(), description=__doc__.splitlines()[0], parents=[common])
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a translation model on Multi30k", parents=[common])
@@ -157,7 +184,9 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a split or a file pair",
                        parents=[decoding])
-    e.add_argument("--split", default="test", choices=["train", "val", "test"])
+    e.add_argument("--split", default="test", choices=["train", "val", "test"],
+                   help="the Multi30k split to score (default test: the 2016 Flickr test set, "
+                        "1,000 sentences)")
     e.add_argument("--src", help="score this file of source sentences (one per line; plain or "
                                  ".gz) instead of a Multi30k split; needs --ref")
     e.add_argument("--ref", help="the reference translations of --src, line by line")
@@ -166,7 +195,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=positive_int, help="only the first n sentences")
     e.add_argument("--output", help="write the JSON result (with hypotheses) here")
 
-    tr = sub.add_parser("translate", help="translate stdin lines to stdout", parents=[decoding])
+    tr = sub.add_parser("translate", help="translate the lines of FILE (or stdin) to stdout",
+                        parents=[decoding])
+    tr.add_argument("file", nargs="?", metavar="FILE", type=_named_path,
+                    help="UTF-8 text, one sentence per line (default, or -: standard input)")
     tr.add_argument("--int8", action="store_true",
                     help="on the CPU, with int8 linear layers (dynamic quantization): faster, "
                          "BLEU within a few tenths of fp32 (bench/translate.py measures both)")
@@ -176,6 +208,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run a command; return the exit status (0 ok, 1 runtime error, 2 usage error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if sys.stderr is None:  # `2>&-`: print(file=None) would write errors among the output
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process
     try:
         args = _parser().parse_args(argv)
     except _UsageError as e:
@@ -231,6 +265,10 @@ def _run(args: argparse.Namespace) -> int:
     from transformer_lib.translation import config, inference, loop
     from transformer_lib.translation.precision import precision_note
 
+    if sys.stdout is None and args.command != "train" and getattr(args, "output", None) is None:
+        # `>&-`: the work would be done and its result dropped (translate: an AttributeError)
+        raise ValueError(f"standard output is closed: {args.command} writes its result there; "
+                         "redirect it to a file instead of closing it")
     if args.command == "train":
         if Path(args.config).is_dir():  # else open() says only "[Errno 21] Is a directory"
             raise ValueError(f"--config {args.config!r} is a directory: name a TOML file "
@@ -261,29 +299,44 @@ def _run(args: argparse.Namespace) -> int:
             )
         # the log's one line on stderr: stdout stays the score and the signature
         print(precision_note(args.precision, result["device"]), file=sys.stderr)
+        print(result["score_line"])  # first: an output that fails keeps the score
+        print(result["signature"], flush=True)
         if output is not None:
             _write_whole(output, json.dumps(result, indent=2, ensure_ascii=False))
-        print(result["score_line"])
-        print(result["signature"])
         return 0
     return _translate(args)
 
 
 def _translate(args: argparse.Namespace) -> int:
-    """stdin to stdout, one output line per input line, written as soon as its batch is
-    translated: lines are read and translated as they arrive. A bad line gets an empty output
-    line and an error on stderr (exit status 1), and the other lines are still translated."""
+    """FILE (or stdin) to stdout, one output line per input line, written as soon as its batch
+    is translated: lines are read and translated as they arrive. A bad line gets an empty
+    output line and an error on stderr (exit status 1), and the other lines are still
+    translated."""
+    if args.int8 and args.precision == "bf16":
+        raise _UsageError("--int8 computes in int8 and fp32: it does not go with --precision bf16")
+    if args.file is None or args.file == "-":
+        if sys.stdin is None:  # `<&-` (or a service with no stdin): before the model is loaded
+            raise ValueError("no input: standard input is closed; pipe or type the sentences "
+                             "in, one per line, or name a file")
+        return _translate_stream(args, getattr(sys.stdin, "buffer", None))
+    path = Path(args.file)
+    if path.is_dir():
+        raise ValueError(f"FILE {args.file!r} is a directory: name a text file")
+    try:  # opened before the model is loaded: a wrong name fails at once
+        with open(path, "rb") as f:
+            return _translate_stream(args, f)
+    except FileNotFoundError:
+        raise ValueError(f"FILE {args.file!r} does not exist") from None
+
+
+def _translate_stream(args: argparse.Namespace, stream: BinaryIO | None) -> int:
+    """``translate`` of the lines of `stream` (None: ``sys.stdin``, a text stream)."""
     import functools
 
     import torch
 
     from transformer_lib.translation import inference, quantize
 
-    if args.int8 and args.precision == "bf16":
-        raise _UsageError("--int8 computes in int8 and fp32: it does not go with --precision bf16")
-    if sys.stdin is None:  # `<&-` (or a service with no stdin): before the model is loaded
-        raise ValueError("no input: standard input is closed; pipe or type the sentences in, "
-                         "one per line")
     if args.int8:  # int8 kernels are the CPU's, even where there is a GPU
         model, tok, cfg = inference.load_model(_checkpoint(args), torch.device("cpu"))
         model = quantize.quantize_int8(model)
@@ -303,53 +356,9 @@ def _translate(args: argparse.Namespace) -> int:
     # UTF-8 spends at most 4 bytes on a character: a longer line is refused as it streams past
     most = 4 * inference.source_character_limit(tok, limit)
     failed = False
-    for batch in _line_batches(_stdin_chunks(), most):
+    for batch in line_batches(as_utf8(chunks(stream)), most):
         failed |= _translate_lines(batch, translate, f"more than {most:,} bytes", limit)
     return 1 if failed else 0
-
-
-def _stdin_chunks() -> Iterator[bytes]:
-    """stdin's bytes as they arrive: a read returns what is there (up to 64 KiB) and waits only
-    when nothing is, so a line typed or piped in is translated without waiting for more."""
-    stream = getattr(sys.stdin, "buffer", None)
-    while True:
-        if stream is not None:
-            chunk = stream.read1(1 << 16)
-        else:  # a text stream with no bytes underneath (io.StringIO)
-            chunk = sys.stdin.read(1 << 16).encode("utf-8", "surrogatepass")
-        if not chunk:
-            return
-        yield chunk
-
-
-def _line_batches(
-    chunks: Iterable[bytes], most: int | None, size: int = 64
-) -> Iterator[list[tuple[int, bytes | None]]]:
-    """(line number, bytes) of the lines of a byte stream, in batches of those one read ended.
-
-    A line of more than `most` bytes is None: it is dropped as it streams past rather than held,
-    so a 20 MB line without a newline costs no memory. As in ``data.split_lines``, only "\\n"
-    ends a line, and the newline that ends the last line starts no empty one.
-    """
-    number, pending, skipping = 0, bytearray(), False
-    for chunk in chunks:
-        batch: list[tuple[int, bytes | None]] = []
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            if not skipping:
-                pending += chunk[start:] if end < 0 else chunk[start:end]
-                if most is not None and len(pending) > most:
-                    skipping, pending = True, bytearray()
-            if end < 0:
-                break
-            number += 1
-            batch.append((number, None if skipping else bytes(pending)))
-            pending, skipping, start = bytearray(), False, end + 1
-        for i in range(0, len(batch), size):
-            yield batch[i : i + size]
-    if pending or skipping:
-        yield [(number + 1, None if skipping else bytes(pending))]
 
 
 def _translate_lines(batch: list[tuple[int, bytes | None]], translate: Callable,
@@ -397,57 +406,6 @@ def _checkpoint(args: argparse.Namespace) -> Path:
     return path
 
 
-def _writable(path: str, *inputs: str | None) -> Path:
-    """--output, checked before any work: a bad path found after decoding loses the evaluation.
-
-    The check makes and removes a file beside it, as ``_write_whole`` will. It must not be one
-    of the `inputs` (--src, --ref): the result would replace the text it scores.
-    """
-    p = Path(path)
-    if not path.strip():
-        raise ValueError("--output '' is empty: name the JSON file to write")
-    if p.is_dir():
-        raise ValueError(f"--output {path!r} is a directory")
-    for name, other in zip(("--src", "--ref"), inputs):
-        if other and p.exists() and Path(other).exists() and p.samefile(other):
-            raise ValueError(f"--output {path!r} is the {name} file: it would be overwritten")
-    if not p.parent.is_dir():
-        what = "is not a folder" if p.parent.exists() else "does not exist"
-        raise ValueError(f"--output {path!r}: its folder {str(p.parent)!r} {what}")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ValueError(f"--output {path!r} is read-only")
-    probe = p.with_name(f".{p.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        probe.unlink()
-    except OSError as e:
-        raise ValueError(f"--output {path!r} cannot be written: {e.strerror or e}") from None
-    return p
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all: a temporary file beside it, then a rename.
-
-    A disk that fills, or a file-size limit, then leaves the previous file as it was instead
-    of a truncated one.
-    """
-    from transformer_lib.translation._fileio import fsync_dir
-
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:  # mode 0o666 less the umask, as for any new file
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as e:
-        raise OSError(f"--output {str(path)!r} was not written ({e.strerror or e}); a file "
-                      "that was there is unchanged") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _read_lines(path: str, name: str, limit: int | None) -> tuple[list[str], int]:
     """The first `limit` lines (None: all) of a UTF-8 text file, gzipped or not, and how many
     lines it has; a clear error for anything else.
@@ -468,12 +426,16 @@ def _read_lines(path: str, name: str, limit: int | None) -> tuple[list[str], int
     count = size = 0
     try:
         with (gzip.open(p, "rb") if zipped else open(p, "rb")) as f:
-            while raw := f.readline(MAX_TEXT_BYTES - size + 1):  # one line, or what is left
+            # one line (and its "\r\n"), or what is left
+            while raw := f.readline(min(MAX_TEXT_BYTES - size, MAX_LINE_BYTES + 1) + 1):
                 size += len(raw)
                 if size > MAX_TEXT_BYTES:
                     raise ValueError(f"{name} {path!r} holds more than "
                                      f"{MAX_TEXT_BYTES / 2**20:g} MiB of text; split it")
                 count += 1
+                if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+                    raise ValueError(f"{name} {path!r}: line {count} is longer than "
+                                     f"{MAX_LINE_BYTES:,} bytes (a line is one sentence)")
                 try:
                     text = raw.removesuffix(b"\n").decode("utf-8").rstrip("\r")
                     text = text.removeprefix("\ufeff") if count == 1 else text  # a BOM

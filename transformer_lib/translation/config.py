@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -371,7 +372,10 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     error naming the files.
     """
     if path.is_file() or not path.exists():
-        path = path.resolve()
+        try:
+            path = path.resolve()
+        except (OSError, RuntimeError, ValueError) as e:  # a loop of links, a NUL in it
+            raise ValueError(f"config {str(path)!r} cannot be read: {e}") from None
     # else a pipe (``--config <(...)``: /dev/fd/N) or a device: resolved, a pipe becomes
     # "pipe:[N]", a name that cannot be opened; read as given, its base is relative to the
     # working directory (a pipe has no folder)
@@ -382,9 +386,22 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     base = values.pop("base", None)
     if base is None:
         return values
-    if not isinstance(base, str):
-        raise ValueError(f"config {path}: base must be a file name (a string), got {base!r}")
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError(f"config {path}: base must name a config file, got {base!r}")
+    if len(chain) >= MAX_BASES:  # else a RecursionError after ~1,000 files
+        raise ValueError(f"config {chain[0]}: its bases are chained more than {MAX_BASES} "
+                         f"deep (at {path})")
     parent = (path.parent if path.is_file() else Path.cwd()) / base
+    try:  # a name too long, a NUL, a loop of links: no traceback naming nothing
+        os.stat(parent)
+    except (OSError, ValueError) as e:
+        if not isinstance(e, FileNotFoundError):
+            raise ValueError(f"config {path}: its base {base!r} cannot be read: {e}") from None
+    if parent.exists() and not parent.is_dir() and not parent.is_file():
+        raise ValueError(f"config {path}: its base {base!r} ({parent}) is not a regular file")
+    if parent.is_dir():
+        raise ValueError(f"config {path}: its base {base!r} ({parent}) is a directory, not a "
+                         "config file")
     if not parent.is_file():
         raise ValueError(f"config {path}: its base {base!r} ({parent}) does not exist")
     inherited = _read_with_base(parent, (*chain, path))
@@ -394,6 +411,7 @@ def _read_with_base(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
 
 
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of text; /dev/zero would fill the memory
+MAX_BASES = 32  # files in one chain of bases (configs/ has chains of two)
 
 
 def _read_capped(path: Path) -> bytes:
@@ -423,6 +441,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         line = e.object[: e.start].count(b"\n") + 1
         raise ValueError(f"config {path} is not UTF-8 text (as TOML must be): byte "
                          f"0x{e.object[e.start]:02x} on line {line}") from None
+    except ValueError as e:  # an integer of more than 4,300 digits: int() refuses it
+        raise ValueError(f"config {path} is not a valid config: {e}") from None
     values: dict[str, Any] = {}
     where: dict[str, str] = {}  # key -> the table that set it
     for key, val in raw.items():
@@ -472,3 +492,18 @@ def parameter_count(cfg: Config, vocab: int, *, buffers: bool = False) -> int:
     positions = 2 * cfg.max_positions * d if cfg.positional == "learned" else 0
     table = cfg.max_positions * d if buffers and cfg.positional == "sinusoidal" else 0
     return encoder + decoder + embeddings + positions + table
+
+
+def check_model_size(cfg: Config, vocab: int | None = None) -> None:
+    """Refuse a config whose model would be larger than ``MAX_PARAMS`` before it is built.
+
+    Training builds what the config says: ``max_positions = 10**8`` allocated a 12.8 GB
+    table, ``N = 10**6`` built layers for minutes, ``d_model = 2**20`` failed in the allocator
+    naming no key. `vocab`: the tokenizer's size (default: the config's vocab_size).
+    """
+    n = parameter_count(cfg, cfg.vocab_size if vocab is None else vocab, buffers=True)
+    if n > MAX_PARAMS:
+        keys = ("N", "d_model", "d_ff", "max_positions", "vocab_size")
+        sizes = ", ".join(f"{k} = {getattr(cfg, k)}" for k in keys)
+        raise ValueError(f"config: {sizes} describe a model of {n:,} parameters and buffer "
+                         f"elements, more than MAX_PARAMS = {MAX_PARAMS:,}: make it smaller")

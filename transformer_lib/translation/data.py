@@ -24,7 +24,6 @@ import hashlib
 import os
 import random
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, AnyStr
 import torch
 
 from transformer_lib.attention import check_positive_int
-from transformer_lib.translation._fileio import sha256_file
+from transformer_lib.translation._fileio import replace_file, sha256_file
 from transformer_lib.translation._http import Deadline, fetch
 
 if TYPE_CHECKING:  # imported where needed: importing the package stays fast
@@ -103,22 +102,40 @@ def default_data_dir() -> Path:
     """Where the Multi30k files are read from when no ``data_dir`` is given.
 
     ``$MULTI30K_DIR`` when it is set: a folder holding an existing copy, which is never written
-    to unasked (a missing file there is an error naming the folder). Otherwise the user cache,
-    ``$XDG_CACHE_HOME/transformer_lib/multi30k`` or ``~/.cache/transformer_lib/multi30k`` (the
-    rule ``torch.hub`` follows), into which ``load_multi30k`` downloads missing files on first
-    use, from ``$MULTI30K_URL`` when set, else the upstream repository.
+    to unasked (a missing file there is an error naming the folder). Otherwise the user cache
+    of ``platformdirs``, ``transformer_lib/multi30k`` in ``$XDG_CACHE_HOME`` or ``~/.cache`` on
+    Linux, ``~/Library/Caches`` on macOS and ``%LOCALAPPDATA%`` on Windows (an absolute
+    ``$XDG_CACHE_HOME`` moves it on every system), into which ``load_multi30k`` downloads
+    missing files on first use, from ``$MULTI30K_URL`` when set, else the upstream repository.
     """
     env = os.environ.get("MULTI30K_DIR")
     if env:
-        return Path(env).expanduser()
+        return _expand_user(env, "MULTI30K_DIR")
     return _cache_dir()
 
 
 def _cache_dir() -> Path:
-    # The XDG rule: an unset, empty or relative XDG_CACHE_HOME means ~/.cache.
+    import platformdirs
+
+    # An absolute XDG_CACHE_HOME moves the cache on every system, as for torch.hub (the tests
+    # use it); platformdirs would honour it on Linux and macOS only
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "transformer_lib" / "multi30k"
+    if os.path.isabs(xdg):
+        return Path(xdg) / "transformer_lib" / "multi30k"
+    # appauthor=False: no publisher folder on Windows (%LOCALAPPDATA%\transformer_lib\Cache)
+    return platformdirs.user_cache_path("transformer_lib", appauthor=False) / "multi30k"
+
+
+def _expand_user(path: str | Path, name: str) -> Path:
+    """`path` with a leading ``~`` or ``~user`` expanded; a ValueError naming `name` when the
+    user does not exist (``Path.expanduser`` raises a RuntimeError naming nothing)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        user = str(path).split("/", 1)[0].split(os.sep, 1)[0]
+        raise ValueError(f"{name}={str(path)!r} starts with {user}, but there is no such user "
+                         "(or no home directory) to expand it: write the folder's full "
+                         "path") from None
 
 
 def _base_url() -> str:
@@ -205,7 +222,7 @@ def load_multi30k(
     # bool is an int to Python: limit=True would keep one pair without a word
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be None or an integer >= 0, got {limit!r}")
-    folder = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    folder = _expand_user(data_dir, "data_dir") if data_dir is not None else default_data_dir()
     src_path = folder / _file_names(split, src_lang)
     tgt_path = folder / _file_names(split, tgt_lang)
     _ensure_files(folder, [src_path.name, tgt_path.name], progress)
@@ -227,7 +244,7 @@ def _ensure_files(folder: Path, names: list[str], progress: bool | None) -> None
     if folder.resolve() != _cache_dir().resolve():
         # A folder the user chose holds their copy: writing into it unasked could mix versions.
         env = os.environ.get("MULTI30K_DIR")
-        if env and folder == Path(env).expanduser():
+        if env and folder == _expand_user(env, "MULTI30K_DIR"):
             chosen, other = f"MULTI30K_DIR={env}", "unset MULTI30K_DIR"
         else:
             chosen, other = f"data_dir={str(folder)!r}", "leave data_dir out and MULTI30K_DIR unset"
@@ -363,18 +380,15 @@ def train_tokenizer(
 
 
 def save_tokenizer(tok, path: str | Path) -> Path:
-    """Write `tok` as one JSON file (atomically: temporary file + rename). Returns the path."""
+    """Write `tok` as one JSON file (atomically: temporary file + rename). Returns the path.
+
+    The file is created as ``open()`` would (0666 less the umask), and its temporary name is
+    the one a run directory knows as its own (``.<name>.tmp-<pid>-<random>``), so a kill
+    while writing leaves nothing a later run takes for the user's file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(tok.to_str(pretty=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    replace_file(path, tok.to_str(pretty=True).encode("utf-8"))
     return path
 
 

@@ -14,6 +14,7 @@ import os
 import re
 import time
 import unicodedata
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -105,12 +106,35 @@ def load_model(
         )
     model = cfg.build_model(tok.get_vocab_size())
     load_checkpoint(path, model, map_location=device, verify=verify)
-    bad = [n for n, t in model.state_dict().items()
-           if t.is_floating_point() and not torch.isfinite(t).all()]
+    bad = _not_finite(model)
     if bad:
         raise ValueError(f"checkpoint {path}: weights {bad[:3]} are not finite (NaN or inf); "
                          "the run that saved them diverged")
     return model.to(device).eval(), tok, cfg
+
+
+def _not_finite(model: nn.Module) -> list[str]:
+    """Names of the model's floating-point weights and buffers holding a NaN or an infinity."""
+    return [n for n, t in model.state_dict().items()
+            if t.is_floating_point() and not torch.isfinite(t).all()]
+
+
+# model -> the (tensor, version) of its weights when they were last found finite: reading
+# every weight costs ~0.1 s for the shipped model, paid once, not per call (a change in place
+# bumps a tensor's version counter, so it is read again then)
+_FOUND_FINITE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _not_finite_since(model: nn.Module) -> list[str]:
+    """``_not_finite(model)``, skipped when no weight changed since it found none."""
+    state = model.state_dict()
+    versions = tuple((id(t.untyped_storage()), t._version) for t in state.values())
+    if _FOUND_FINITE.get(model) == versions:
+        return []
+    bad = _not_finite(model)
+    if not bad:
+        _FOUND_FINITE[model] = versions
+    return bad
 
 
 # --------------------------------------------------------------------------- translating
@@ -269,6 +293,10 @@ def translate_sentences(
     _check_int("max_input_len", max_input_len, optional=True)
     # a list first: a generator checked by iterating it would then translate nothing
     sentences = _check_sentences(sentences)
+    bad = _not_finite_since(model)  # as load_model: a NaN weight translated to "" silently
+    if bad:
+        raise ValueError(f"model: weights {bad[:3]} are not finite (NaN or inf); it cannot "
+                         "translate (a diverged run, or a weight changed since loading)")
     limit = source_length_limit(model, max_input_len)
     encoded, keep = _encode_sources(tok, sentences, limit, on_too_long)  # ids + EOS
     was_training = model.training

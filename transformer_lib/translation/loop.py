@@ -30,6 +30,13 @@ from torch import nn
 
 from transformer_lib.training import Batch, LabelSmoothing, TrainState, rate, train_step
 from transformer_lib.translation._fileio import replace_file
+from transformer_lib.translation._resume import (
+    CheckedState,
+    optimizer_problem,
+    restore_checked,
+    rng_states,
+    scheduler_problem,
+)
 from transformer_lib.translation.checkpoint import (
     average_checkpoints,
     capture_rng_state,
@@ -37,7 +44,7 @@ from transformer_lib.translation.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from transformer_lib.translation.config import Config
+from transformer_lib.translation.config import Config, check_model_size
 from transformer_lib.translation.data import (
     PAD,
     collate,
@@ -169,6 +176,7 @@ def train(
     the loss stops being finite: nothing after the last good checkpoint is saved.
     """
     cfg.validate()  # again: the fields of a dataclass can be assigned after it was made
+    check_model_size(cfg)  # before the run directory is touched
     run_dir = Path(run_dir)
     device = default_device() if device is None else checked_device(device)
     joined = join_process_group(device)
@@ -184,6 +192,7 @@ def train(
             partial = None if complete else _train_and_average(run, progress, on_step)
             if complete and rank == 0:  # an outcome, not progress: said even without it
                 print(complete, file=sys.stderr)
+                _finish_average(run)
         finally:
             if lock is not None:
                 lock.release()
@@ -313,19 +322,22 @@ def _setup(cfg: Config, run_dir: Path, resume: bool, device: torch.device, rank:
     info = load_checkpoint(last, None) if resume else None  # rundir checked it is there
     data = _prepare_data(cfg, run_dir, info["tokenizer"] if info else None, rank, world)
     vocab = data.tok.get_vocab_size()
+    check_model_size(cfg, vocab)
     model = cfg.build_model(vocab).to(device)
     optimizer = make_optimizer(cfg, model, device)
     state, saved_step = RunState(), None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(cfg, state))
     if info is not None:
-        info = load_checkpoint(last, model, optimizer, scheduler, map_location=device)
+        # checked before torch trusts them: wrong Adam moments crashed the fused Adam
+        info = load_checkpoint(
+            last, model, CheckedState(optimizer, optimizer_problem, "optimizer", last),
+            CheckedState(scheduler, scheduler_problem, "scheduler", last), map_location=device)
         # in place: the schedule reads this object's progress
         vars(state).update(vars(_saved_state(info["train_state"], last)))
         saved_step = state.step
         # Every process continues from its own random state (dropout masks, shuffling).
         # Checkpoints written before the states had their own slot kept them in `extra`.
-        saved = (info["extra"] or {}).get("rng") or info["rng"]
-        restore_rng_state(saved[rank] if rank < len(saved) else saved[0])
+        restore_checked(restore_rng_state, rng_states(info, rank, last), last)
     forward = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     criterion = LabelSmoothing(vocab, PAD, cfg.label_smoothing)
     run = _Run(cfg=cfg, run_dir=run_dir, device=device, rank=rank, world=world, model=model,
@@ -378,6 +390,27 @@ def _train_and_average(run: _Run, progress: bool, on_step: Callable[[int], None]
               f"{run.cfg.epochs}), so {run.run_dir / 'best'} was not written: evaluate "
               f"{run.run_dir / 'last'} or {run.run_dir / 'averaged'} instead", file=sys.stderr)
     return partial
+
+
+def _finish_average(run: _Run) -> None:
+    """Write `averaged` when a complete run lacks it, or holds one of an earlier end (a kill
+    while averaging, after the last epoch): the end of the run is finished, not skipped."""
+    snaps = epoch_snapshots(run.run_dir)[-run.cfg.average_last:]
+    if run.cfg.average_last < 2 or len(snaps) < 2:
+        return
+    path = run.run_dir / "averaged"
+    try:
+        saved = load_checkpoint(path, None)["train_state"]
+        if isinstance(saved, dict) and saved.get("step") == run.state.step:
+            return
+    except (OSError, ValueError):
+        pass  # missing or damaged: written again
+    averaged = _average_snapshots(run.run_dir, run.cfg.average_last)
+    if averaged is not None:
+        run.model.load_state_dict(averaged, strict=False)
+        _save(run, path, resumable=False)
+        print(f"{path} was missing or out of date (the run stopped while averaging): "
+              "written now", file=sys.stderr)
 
 
 def _train_epochs(run: _Run, progress: bool, on_step: Callable[[int], None] | None):

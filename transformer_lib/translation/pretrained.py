@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from transformer_lib.translation.checkpoint import _read_manifest
+from transformer_lib.translation.checkpoint import _read_manifest, recover_checkpoint
 from transformer_lib.translation.distributed import checked_device
 from transformer_lib.translation.inference import load_model
 
@@ -39,6 +39,10 @@ def pretrained_path(name: str = "multi30k_de_en") -> Path:
     if name not in PRETRAINED:
         raise ValueError(f"name must be one of {sorted(PRETRAINED)}, got {name!r}")
     path = _PACKAGE / PRETRAINED[name]
+    try:  # tools/ship_model.py killed between its two renames: the previous model, put back
+        recover_checkpoint(path)
+    except OSError:  # a read-only installation: nothing can be renamed there anyway
+        pass
     if not (path / "manifest.json").is_file():
         raise FileNotFoundError(
             f"the shipped model {name!r} is missing from {path} (the package was installed "

@@ -159,7 +159,7 @@ def read_provenance(run_dir: str | Path) -> dict[str, Any] | None:
         return None
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: also 5,000 digits
         raise ValueError(f"{path}: unreadable provenance record ({e})") from e
     if not isinstance(record, dict) or "commit" not in record:
         raise ValueError(f"{path}: not a provenance record (a JSON object with a commit)")
@@ -187,7 +187,9 @@ def write_provenance(run_dir: str | Path, *, resume: bool = False) -> Path:
     except ValueError:  # a damaged record: start a new one rather than refuse to resume
         started = None
     if started is not None:
-        record = {**started, "resumes": [*started.get("resumes", []), record]}
+        earlier = started.get("resumes", [])  # "resumes": 5 was a TypeError at every resume
+        earlier = earlier if isinstance(earlier, list) else [{"damaged": repr(earlier)[:200]}]
+        record = {**started, "resumes": [*earlier, record]}
     else:
         record["recorded_at"] = "resume" if resume else "start"
     run_dir.mkdir(parents=True, exist_ok=True)

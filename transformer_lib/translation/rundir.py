@@ -41,10 +41,11 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, rank: int, world: int) -
         lock = FileLock(run_dir / ".lock", what=f"run directory {run_dir}").acquire()
         try:
             check_run_dir(cfg, run_dir, resume)
+            # which code on which machine made the numbers (tools/multi30k_report.py copies it);
+            # first: a start that failed after it is recognized by it (_only_a_start)
+            write_provenance(run_dir, resume=resume)
             config = json.dumps(dataclasses.asdict(cfg), indent=2)
             replace_file(run_dir / "config.json", config.encode("utf-8"))
-            # which code on which machine made the numbers (tools/multi30k_report.py copies it)
-            write_provenance(run_dir, resume=resume)
         except BaseException:
             lock.release()
             raise
@@ -81,8 +82,13 @@ def check_run_dir(cfg: Config, run_dir: Path, resume: bool) -> None:
 
 def _check_not_inside_checkpoint(run_dir: Path) -> None:
     """Refuse a run directory inside a checkpoint (``RUN/last/nested``): the next save of that
-    checkpoint replaces the whole directory, and this run with it."""
-    for parent in run_dir.absolute().parents:
+    checkpoint replaces the whole directory, and this run with it. Links are followed: a
+    link into another run's ``last/`` is inside it all the same."""
+    try:
+        real = run_dir.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a loop of links (Python < 3.13)
+        raise ValueError(f"run directory {run_dir} cannot be resolved: {e}") from None
+    for parent in real.parents:
         if (parent / "manifest.json").is_file():
             raise FileExistsError(
                 f"run directory {run_dir} is inside the checkpoint {parent} (it holds "
@@ -101,17 +107,18 @@ def _only_a_start(run_dir: Path, held: list[str]) -> bool:
     checkpoint wrote: a new run may write over those files, nothing of value is lost.
 
     Checked by content, not only by name: a config.json or tokenizer.json of the user's own
-    is not the debris of a run. config.json must be a run's config and provenance.json a
-    run's record (it comes second, so a run stopped before it is not recognized: refused).
+    is not the debris of a run. provenance.json, written first, must be a run's record, and
+    config.json, if the start got that far, a run's config.
     """
-    if not set(held) <= _START_FILES or not {"config.json", PROVENANCE_FILE} <= set(held):
+    if not set(held) <= _START_FILES or PROVENANCE_FILE not in held:
         return False
     try:
-        saved = json.loads((run_dir / "config.json").read_text("utf-8"))
-        # every key, as start_run writes it: {"mine": true} would pass as defaults
-        if not isinstance(saved, dict) or set(saved) != set(dataclasses.asdict(Config())):
-            return False
-        config_from_saved(saved, run_dir)
+        if "config.json" in held:
+            saved = json.loads((run_dir / "config.json").read_text("utf-8"))
+            # every key, as start_run writes it: {"mine": true} would pass as defaults
+            if not isinstance(saved, dict) or set(saved) != set(dataclasses.asdict(Config())):
+                return False
+            config_from_saved(saved, run_dir)
         return read_provenance(run_dir) is not None
     except (OSError, ValueError, RecursionError):
         return False
@@ -124,8 +131,11 @@ def _contents(run_dir: Path) -> list[str]:
     refuse both a new run and a resume."""
     if not run_dir.is_dir():
         return []
+    # .NAME.tmp-PID-... (replace_file, replace_dir) and .NAME.XXXXXXXX.tmp (mkstemp's, of
+    # save_tokenizer): a kill inside save_tokenizer left one that blocked every later start
     return sorted(p.name for p in run_dir.iterdir()
-                  if p.name != ".lock" and not re.fullmatch(r"\.[^/]+\.tmp-.+", p.name))
+                  if p.name != ".lock" and not re.fullmatch(r"\.[^/]+\.(tmp-.+|\w+\.tmp)",
+                                                            p.name))
 
 
 def _listed(names: list[str]) -> str:
@@ -144,6 +154,10 @@ def _occupied(run_dir: Path, held: list[str]) -> str:
 
 
 def _nothing_to_resume(run_dir: Path, held: list[str]) -> str:
+    last = run_dir / "last"
+    if last.exists() and not last.is_dir():
+        return (f"cannot resume {run_dir}: {last} is a file, not the checkpoint directory a "
+                "run saves there; move it away, then resume (or start a new run elsewhere)")
     if not held:
         return (f"run directory {run_dir} is empty, so there is nothing to resume; start a new "
                 "run without resume (--resume)")

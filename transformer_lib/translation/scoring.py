@@ -27,6 +27,8 @@ def bleu(hypotheses: Sequence[str], pairs: Sequence[tuple[str, str]]) -> Any:
         raise ValueError("hypotheses must be a list of strings, got a "
                          f"{type(hypotheses).__name__}; pass [text] for one sentence")
     hypotheses, pairs = list(hypotheses), list(pairs)
+    if not pairs:  # sacreBLEU fails with an IndexError
+        raise ValueError("pairs is empty: BLEU needs at least one sentence pair to score")
     if len(hypotheses) != len(pairs):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(pairs)} sentence pairs: "
                          "there must be one per pair")
