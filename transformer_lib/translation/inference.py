@@ -14,7 +14,6 @@ import os
 import re
 import time
 import unicodedata
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ from transformer_lib.masks import subsequent_mask
 from transformer_lib.multihead import MultiHeadedAttention
 from transformer_lib.positional import LearnedPositionalEmbedding
 from transformer_lib.training import Batch, LabelSmoothing, real_token_loss
+from transformer_lib.translation._finite import not_finite as _not_finite
+from transformer_lib.translation._finite import not_finite_since as _not_finite_since
 from transformer_lib.translation.checkpoint import load_checkpoint
 from transformer_lib.translation.config import (
     MAX_BEAM,
@@ -111,30 +112,6 @@ def load_model(
         raise ValueError(f"checkpoint {path}: weights {bad[:3]} are not finite (NaN or inf); "
                          "the run that saved them diverged")
     return model.to(device).eval(), tok, cfg
-
-
-def _not_finite(model: nn.Module) -> list[str]:
-    """Names of the model's floating-point weights and buffers holding a NaN or an infinity."""
-    return [n for n, t in model.state_dict().items()
-            if t.is_floating_point() and not torch.isfinite(t).all()]
-
-
-# model -> the (tensor, version) of its weights when they were last found finite: reading
-# every weight costs ~0.1 s for the shipped model, paid once, not per call (a change in place
-# bumps a tensor's version counter, so it is read again then)
-_FOUND_FINITE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _not_finite_since(model: nn.Module) -> list[str]:
-    """``_not_finite(model)``, skipped when no weight changed since it found none."""
-    state = model.state_dict()
-    versions = tuple((id(t.untyped_storage()), t._version) for t in state.values())
-    if _FOUND_FINITE.get(model) == versions:
-        return []
-    bad = _not_finite(model)
-    if not bad:
-        _FOUND_FINITE[model] = versions
-    return bad
 
 
 # --------------------------------------------------------------------------- translating
