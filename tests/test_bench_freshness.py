@@ -40,7 +40,8 @@ TRAIN_BENCH = [f"bench/{name}.py"
                             "common")]
 SHIPPED = ["transformer_lib/pretrained", "transformer_lib/decoding.py",
            "transformer_lib/translation/inference.py", "transformer_lib/translation/quantize.py",
-           "transformer_lib/translation/pretrained.py", "transformer_lib/translation/scoring.py"]
+           "transformer_lib/translation/pretrained.py", "transformer_lib/translation/scoring.py",
+           "transformer_lib/translation/_finite.py"]
 TRAINER = ["transformer_lib/translation/loop.py", "transformer_lib/translation/config.py",
            "transformer_lib/translation/precision.py", "transformer_lib/translation/data.py"]
 
@@ -62,7 +63,7 @@ MEASURED = {
 # benchmarks owe a re-run (bench/README.md), which makes these entries unnecessary. Each names
 # the commit holding the reviewed code: a file is compared with that commit's version instead
 # of the measured one, so any later change to it makes the results stale again.
-REVIEWED_AT = "5de2654bfa210bf269931d52db35fa60c0fecf3d"
+REVIEWED_AT = "67d8ed4b805d8cec03d24bcc3b3ce9c64f3187fb"
 REVIEWED = {
     "transformer_lib/attention.py": "attention's d_k and dropout checks moved into a helper; "
                                     "functions reordered",
@@ -70,6 +71,7 @@ REVIEWED = {
     "transformer_lib/decoding.py": "beam_search refuses a length_penalty that overflows",
     "transformer_lib/translation/inference.py": "a model's weights checked finite once per "
                                                 "model (about 0.1 s), load errors named",
+    "transformer_lib/translation/_finite.py": "that check, moved out of inference.py",
     "transformer_lib/translation/scoring.py": "bleu refuses an empty corpus by name",
     "transformer_lib/translation/pretrained.py": "a half-shipped folder is put back",
     "transformer_lib/translation/config.py": "the model's size checked before training",
