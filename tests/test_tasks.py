@@ -428,6 +428,10 @@ def test_test_emulated_runs_unit_and_nbval_under_each_imitated_cpu(capsys, monke
     assert ("ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 "
             "ONEDNN_MAX_CPU_ISA=AVX512_CORE") in "".join(r.log)
     assert sum("pytest -n 2" in line for line in r.log) == 3  # unit, once per CPU
+    # less the tests of files and documents, which no CPU changes (and which exist)
+    assert all(f"--ignore={t}" in line for t in tasks.FILES_AND_DOCUMENTS
+               for line in r.log if "pytest -n 2" in line)
+    assert all((tasks.ROOT / t).is_file() for t in tasks.FILES_AND_DOCUMENTS)
     assert sum("--nbval" in line for line in r.log) == 3
     assert r.env.get("ATEN_CPU_CAPABILITY") == os.environ.get("ATEN_CPU_CAPABILITY")  # restored
     with pytest.raises(tasks.TaskError, match="unknown emulated CPU"):

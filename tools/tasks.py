@@ -364,6 +364,16 @@ def cpu_flags() -> set[str] | None:
     return set(line.split(":", 1)[1].split()) if line else None
 
 
+# Unit tests that check files, documents and tools, not arithmetic: the imitated CPUs cannot
+# change their result, and they cost minutes (a Colab-like environment, every shown command,
+# actionlint), so test-emulated leaves them to `test`.
+FILES_AND_DOCUMENTS = [
+    "tests/test_colab.py", "tests/test_doc_commands.py", "tests/test_workflows.py",
+    "tests/test_stands_alone.py", "tests/test_reader_edition.py", "tests/test_notebook_setup.py",
+    "tests/test_chapters.py", "tests/test_tasks.py", "tests/test_bench_freshness.py",
+]
+
+
 def test_emulated(r: Runner, args: list[str]) -> None:
     """unit and nbval on an imitated CPU (argument: baseline, the default, avx2 or avx512).
 
@@ -396,7 +406,7 @@ def test_emulated(r: Runner, args: list[str]) -> None:
         saved = r.env
         r.env = {**saved, **EMULATED_CPUS[name]}
         try:
-            unit(r, [])
+            unit(r, ["tests", *(f"--ignore={t}" for t in FILES_AND_DOCUMENTS)])
             nbval(r, [])
         finally:
             r.env = saved
