@@ -6,7 +6,7 @@
 PYTHON ?= python3
 TASKS := $(PYTHON) tools/tasks.py
 
-.PHONY: book test test-emulated install export export-check lint unit nbval book-check browser-deps execute envcheck pin clean
+.PHONY: book test test-emulated test-emulated-quick install export export-check lint unit nbval book-check browser-deps execute envcheck pin clean
 
 install:
 	$(TASKS) install
@@ -25,6 +25,11 @@ test:
 CPU ?= baseline
 test-emulated:
 	$(TASKS) test-emulated $(CPU)
+
+# .ci/run's second step: test-emulated (no AVX) less the three chapters that train for minutes,
+# so that .ci/run stays under 30 minutes on two cores (the full run is test-emulated's).
+test-emulated-quick:
+	$(TASKS) test-emulated-quick
 
 lint:
 	$(TASKS) lint

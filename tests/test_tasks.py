@@ -413,8 +413,26 @@ def test_ci_run_calls_make_test():
         for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    # The README's test command, then the same checks on an imitated older CPU.
-    assert lines[-2:] == ["make test", "make test-emulated"]
+    # The README's test command, then the same checks on an imitated older CPU (less the
+    # chapters that train for minutes: under 30 minutes on two cores).
+    assert lines[-2:] == ["make test", "make test-emulated-quick"]
+
+
+def test_test_emulated_quick_leaves_out_only_the_long_chapters(capsys, monkeypatch):
+    monkeypatch.setattr(tasks, "cpu_flags", lambda: {"avx2"})
+    r = tasks.Runner(dry_run=True, installed=True, machine="x86_64")
+    tasks.test_emulated_quick(r, [])
+    log = "\n".join(r.log)
+    assert "ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2" in log
+    nbval = [line for line in r.log if "--nbval" in line]
+    assert len(nbval) == 1
+    every = {p.stem for p in (ROOT / "chapters").glob("*.ipynb")}
+    ran = {name for name in every if f"chapters/{name}.ipynb" in nbval[0]}
+    assert every - ran == set(tasks.LONG_CHAPTERS)
+    assert sum("pytest -n 2" in line for line in r.log) == 1  # every unit test, once
+    r = tasks.Runner(dry_run=True, installed=True, machine="arm64")
+    with pytest.raises(tasks.TaskError, match="x86"):
+        tasks.test_emulated_quick(r, [])
 
 
 def test_test_emulated_runs_unit_and_nbval_under_each_imitated_cpu(capsys, monkeypatch):
