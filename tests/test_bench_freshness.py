@@ -28,9 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # what one step of training computes: chapters 1 to 6's modules (training.py holds the step
 # with its gradient clipping; it imports the masks of chapter 2)
-MODEL = [f"transformer_lib/{name}.py"
-         for name in ("attention", "masks", "multihead", "positional", "layers", "model",
-                      "training")]
+# The model's forward pass (what translating and decoding run), and with the training step
+# (chapter 6) what the training benchmarks run.
+FORWARD = [f"transformer_lib/{name}.py"
+           for name in ("attention", "masks", "multihead", "positional", "layers", "model")]
+MODEL = FORWARD + ["transformer_lib/training.py"]
 # the training benchmark's own modules, its timing (common.py) included. Not compared: the
 # trainer's modules it also imports (translation/config.py for the clip norm's value,
 # translation/data.py for the bucketing experiment's batches, translation/precision.py for
@@ -50,8 +52,8 @@ MEASURED = {
     "bench_train_avx2.json": MODEL + TRAIN_BENCH,
     "bench_quality.json": MODEL + TRAINER + ["bench/fast_setting_quality.py"],
     "bench_attention.json": ["transformer_lib/attention.py", "bench/attention_scaling.py"],
-    "bench_decode.json": MODEL + ["transformer_lib/decoding.py", "bench/decode.py"],
-    "bench_translate.json": MODEL + SHIPPED + ["bench/translate.py", "bench/ct2_convert.py",
+    "bench_decode.json": FORWARD + ["transformer_lib/decoding.py", "bench/decode.py"],
+    "bench_translate.json": FORWARD + SHIPPED + ["bench/translate.py", "bench/ct2_convert.py",
                                                "bench/op_profile.py"],
     "bench_rnn.json": MODEL + ["transformer_lib/gru.py", "bench/rnn_speed.py"],
 }
@@ -87,7 +89,7 @@ REVIEWED = {
 }
 # records outside results/ whose times a chapter shows (chapter 9), by path
 EXPERIMENTS = {
-    "experiments/decode_speed/results.json": MODEL + SHIPPED + [
+    "experiments/decode_speed/results.json": FORWARD + SHIPPED + [
         "experiments/decode_speed/sketch.py"],
 }
 
