@@ -221,6 +221,8 @@ RATIO_PAIRS = [
     ("nn_transformer_fp32_trainer_step", "nn_transformer_fp32"),
     ("ours_fp32", "textbook_fp32"),
     ("ours_fp32", "explicit_attention_fp32"),
+    ("ours_fp32", "ours_fp32_fused_attention"),  # the attention rule's evidence
+    ("ours_bf16", "ours_bf16_fused_attention"),
     ("nn_transformer_fp32", "textbook_fp32"),
     ("ours_bf16", "nn_transformer_bf16"),
     ("ours_bf16", "ours_fp32"),
@@ -335,7 +337,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--compile", action="store_true", help=f"also time torch.compile'd {FAST_SETTING}"
     )
-    p.add_argument("--repeats", type=int, default=None, help="override timed rounds")
+    p.add_argument("--repeats", type=int, default=None, help="timed rounds (default: 5)")
     p.add_argument("--no-memory", action="store_true", help="skip the profiler memory pass")
     p.add_argument(
         "--no-extras", action="store_true", help="skip the micro-benchmarks and bucketing"
