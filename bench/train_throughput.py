@@ -8,8 +8,10 @@ backward, Adam step. The four models of ``bench.train_models`` (ours, ``nn.Trans
 textbook model, ours with explicit attention) do it on the same seeded batches (lengths 16–64,
 padded, with masks), in the variants of ``bench.train_steps``: fp32 or bf16 autocast, dropout
 everywhere or the paper's placement, with or without the padding skip, chapter 5's Dropout
-or ``nn.Dropout``, the trainer's step or the reference step, and (``--compile``) the fast
-setting under ``torch.compile``. The variants are interleaved (round-robin over rounds; a
+or ``nn.Dropout``, the trainer's step or the reference step, ours with its attention on
+the fused kernel in training too (``*_fused_attention``: the default before
+``MultiHeadedAttention``'s rule, its evidence), and (``--compile``) the fast setting under
+``torch.compile``. The variants are interleaved (round-robin over rounds; a
 round is one step on every batch of the list) and the median round is reported as target
 tokens per second (non-pad decoder tokens, i.e. ``Batch.ntokens``). Model-FLOPs utilization
 divides the analytic model FLOPs (``bench.flops``) per second by the peak of a 2048² matmul
