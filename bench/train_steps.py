@@ -22,7 +22,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from bench.train_models import BUILDERS, BenchConfig, every_position, nn_dropouts
+from bench.train_models import (
+    BUILDERS,
+    BenchConfig,
+    every_position,
+    fused_attention,
+    nn_dropouts,
+)
 from transformer_lib.training import Batch, LabelSmoothing, smoothed_kl_by_definition, train_step
 from transformer_lib.translation import Config
 from transformer_lib.translation.data import PAD
@@ -45,6 +51,9 @@ class Variant:
     skip_padding: bool | None = None
     # nn.Dropout in place of chapter 5's Dropout (its mask drawn by PyTorch's Bernoulli sampler)
     nn_dropout: bool = False
+    # PyTorch's fused attention kernel in training too, dropout on the weights included (the
+    # default before MultiHeadedAttention's rule; ours only)
+    fused_attention: bool = False
 
     def _or_default(self, value: bool | None) -> bool:
         """An explicit setting, else the package's own behavior for ours/explicit_attention."""
@@ -76,8 +85,10 @@ VARIANTS = {
     "textbook_fp32": Variant("textbook"),
     "textbook_fp32_paper_dropout": Variant("textbook", paper_dropout=True),
     "explicit_attention_fp32": Variant("explicit_attention"),
+    "ours_fp32_fused_attention": Variant("ours", fused_attention=True),
     "ours_bf16": Variant("ours", BF16),
     "nn_transformer_bf16": Variant("nn", BF16),
+    "ours_bf16_fused_attention": Variant("ours", BF16, fused_attention=True),
     "ours_fp32_paper_dropout": Variant("ours", paper_dropout=True),
     "nn_transformer_fp32_paper_dropout": Variant("nn", paper_dropout=True),
     "ours_bf16_paper_dropout": Variant("ours", BF16, paper_dropout=True),
@@ -101,8 +112,10 @@ DEFAULT_VARIANTS = {
         "nn_transformer_fp32_trainer_step",
         "textbook_fp32",
         "explicit_attention_fp32",
+        "ours_fp32_fused_attention",
         "ours_bf16",
         "nn_transformer_bf16",
+        "ours_bf16_fused_attention",
         "ours_fp32_paper_dropout",
         "nn_transformer_fp32_paper_dropout",
         "textbook_fp32_paper_dropout",
@@ -202,6 +215,8 @@ def build_variant(
         every_position(model)
     if v.nn_dropout:
         nn_dropouts(model)
+    if v.fused_attention:
+        fused_attention(model, 3 * cfg.N)
     runner = model
     if compile:
         runner = torch.compile(model)  # `runner.generator` reaches the (uncompiled) generator

@@ -8,8 +8,10 @@ backward, Adam step. The four models of ``bench.train_models`` (ours, ``nn.Trans
 textbook model, ours with explicit attention) do it on the same seeded batches (lengths 16–64,
 padded, with masks), in the variants of ``bench.train_steps``: fp32 or bf16 autocast, dropout
 everywhere or the paper's placement, with or without the padding skip, chapter 5's Dropout
-or ``nn.Dropout``, the trainer's step or the reference step, and (``--compile``) the fast
-setting under ``torch.compile``. The variants are interleaved (round-robin over rounds; a
+or ``nn.Dropout``, the trainer's step or the reference step, ours with its attention on
+the fused kernel in training too (``*_fused_attention``: the default before
+``MultiHeadedAttention``'s rule, its evidence), and (``--compile``) the fast setting under
+``torch.compile``. The variants are interleaved (round-robin over rounds; a
 round is one step on every batch of the list) and the median round is reported as target
 tokens per second (non-pad decoder tokens, i.e. ``Batch.ntokens``). Model-FLOPs utilization
 divides the analytic model FLOPs (``bench.flops``) per second by the peak of a 2048² matmul
@@ -221,6 +223,8 @@ RATIO_PAIRS = [
     ("nn_transformer_fp32_trainer_step", "nn_transformer_fp32"),
     ("ours_fp32", "textbook_fp32"),
     ("ours_fp32", "explicit_attention_fp32"),
+    ("ours_fp32", "ours_fp32_fused_attention"),  # the attention rule's evidence
+    ("ours_bf16", "ours_bf16_fused_attention"),
     ("nn_transformer_fp32", "textbook_fp32"),
     ("ours_bf16", "nn_transformer_bf16"),
     ("ours_bf16", "ours_fp32"),
@@ -335,7 +339,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--compile", action="store_true", help=f"also time torch.compile'd {FAST_SETTING}"
     )
-    p.add_argument("--repeats", type=int, default=None, help="override timed rounds")
+    p.add_argument("--repeats", type=int, default=None, help="timed rounds (default: 5)")
     p.add_argument("--no-memory", action="store_true", help="skip the profiler memory pass")
     p.add_argument(
         "--no-extras", action="store_true", help="skip the micro-benchmarks and bucketing"

@@ -37,7 +37,14 @@ class MultiHeadedAttention(nn.Module):
     ``nn.MultiheadAttention.in_proj_weight``) and ``out_proj`` (W^O). With
     ``store_attention = True`` the weights of the last call are kept in
     ``attn`` (batch, h, q_len, k_len), after dropout; otherwise ``attn`` is
-    None and PyTorch's fused ``F.scaled_dot_product_attention`` is used.
+    None.
+
+    Which path attends, by rule: chapter 1's ``attention`` when the weights
+    are stored, and when training with dropout on the weights (p > 0) on a
+    CPU in bf16 or fp16 (under autocast); PyTorch's fused
+    ``F.scaled_dot_product_attention`` otherwise (fp32, evaluation, p = 0,
+    other devices). ``always_fused = True`` takes the fused kernel wherever
+    the weights are not stored.
 
     Defined in chapter 3.
     """
@@ -58,6 +65,8 @@ class MultiHeadedAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.dropout = nn.Dropout(p)  # on the attention weights
         self.store_attention = False
+        # True: the fused kernel even where the rule picks chapter 1's path
+        self.always_fused = False
         self.attn: Tensor | None = None
         # nn.MultiheadAttention's initialization: Xavier for W^Q, W^K, W^V,
         # zero biases.
@@ -131,10 +140,28 @@ class MultiHeadedAttention(nn.Module):
         if self.store_attention:  # chapter 1's attention, keeping the weights
             # (batch, h, q_len, d_k), (batch, h, q_len, k_len)
             x, self.attn = attention(q, k, v, mask, self.dropout)
+        elif self._explicit_is_faster(q):  # the same, the weights dropped
+            x, self.attn = attention(q, k, v, mask, self.dropout)[0], None
         else:  # PyTorch's fused kernel (chapter 3's engineering note)
             p = self.dropout.p if self.training else 0.0
             x, self.attn = _fast_attention(q, k, v, mask, p), None
         return self.out_proj(self._merge(x))  # (batch, q_len, d_model)
+
+    def _explicit_is_faster(self, q: Tensor) -> bool:
+        """The rule: chapter 1's attention when training with dropout on
+        the weights on a CPU in bf16 or fp16."""
+        # With dropout_p > 0 the fused kernel falls back to its math kernel
+        # on a CPU, the same steps as chapter 1's attention, which
+        # _fast_attention runs in fp32: under autocast the explicit path,
+        # its products in bf16, measured faster. In fp32 the two measured
+        # even, and without dropout the fused kernel is the faster one.
+        return (
+            self.training
+            and self.dropout.p > 0
+            and q.device.type == "cpu"
+            and q.dtype in (torch.bfloat16, torch.float16)
+            and not self.always_fused
+        )
 
     def _project(self, x: Tensor, rows: slice) -> Tensor:
         """x @ in_proj[rows]ᵀ + bias[rows]: one, two or all three of W^Q,
