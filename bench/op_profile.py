@@ -22,7 +22,8 @@ from torch.profiler import ProfilerActivity, profile
 # (aten::addmm) are not counted twice.
 KINDS: dict[str, tuple[str, ...]] = {
     "matrix products": ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm",
-                        "aten::linear", "aten::matmul", "quantized::linear_dynamic"),
+                        "aten::linear", "aten::matmul", "quantized::linear_dynamic",
+                        "mkldnn::_linear_pointwise"),
     "attention kernel": ("aten::scaled_dot_product_attention",
                          "aten::_scaled_dot_product_flash_attention_for_cpu",
                          "aten::_scaled_dot_product_attention_math"),

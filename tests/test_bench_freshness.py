@@ -43,7 +43,7 @@ TRAIN_BENCH = [f"bench/{name}.py"
 SHIPPED = ["transformer_lib/pretrained", "transformer_lib/decoding.py",
            "transformer_lib/translation/inference.py", "transformer_lib/translation/quantize.py",
            "transformer_lib/translation/pretrained.py", "transformer_lib/translation/scoring.py",
-           "transformer_lib/translation/_finite.py"]
+           "transformer_lib/translation/_finite.py", "transformer_lib/translation/fast_beam.py"]
 TRAINER = ["transformer_lib/translation/loop.py", "transformer_lib/translation/config.py",
            "transformer_lib/translation/precision.py", "transformer_lib/translation/data.py"]
 

@@ -11,6 +11,7 @@ from bench import op_profile
 def test_kind_of_names_the_kinds_and_the_rest():
     assert op_profile.kind_of("aten::addmm") == "matrix products"
     assert op_profile.kind_of("quantized::linear_dynamic") == "matrix products"
+    assert op_profile.kind_of("mkldnn::_linear_pointwise") == "matrix products"
     assert op_profile.kind_of("aten::topk") == "log-softmax and top-k over the vocabulary"
     assert op_profile.kind_of("aten::index_select") == "cache copies (cat, index_select)"
     assert op_profile.kind_of("aten::relu") == op_profile.OTHER

@@ -208,6 +208,9 @@ def _spy_autocast(monkeypatch) -> list[bool]:
 
     for name in ("greedy_decode", "beam_search"):
         monkeypatch.setattr(inference, name, spying(getattr(inference, name)))
+    # fp32 beam search on the CPU goes to fast_beam's (the same hypotheses, faster)
+    monkeypatch.setattr(inference.fast_beam, "beam_search",
+                        spying(inference.fast_beam.beam_search))
     return seen
 
 
