@@ -5,9 +5,9 @@ nothing by itself. Four models do one training step on the same seeded batches:
 
 * ``ours``: ``transformer_lib.model.make_model`` as shipped (the padding skip of the
   feed-forward blocks, chapter 5's ``Dropout``; attention by ``MultiHeadedAttention``'s rule:
-  chapter 1's explicit path when training with dropout on the weights on a CPU, the fused
-  kernel otherwise); :func:`fused_attention` puts it on the fused kernel everywhere (the
-  previous default, kept as the rule's evidence);
+  chapter 1's explicit path when training with dropout on the weights on a CPU under bf16
+  autocast, the fused kernel otherwise); :func:`fused_attention` puts it on the fused kernel
+  everywhere (the previous default, kept as the rule's evidence);
 * ``nn``: ``torch.nn.Transformer`` with the same sizes, dropout and norm placement (post-norm),
   fed by deep copies of our embedding and generator modules. Its encoder and decoder always
   end with an extra LayerNorm (two more LayerNorms than ours): a negligible cost;
