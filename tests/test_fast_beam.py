@@ -43,11 +43,15 @@ def _search(fn, model, src, mask, limits, **kwargs):
 
 
 def _assert_same(fast, ours, abs_tol=1e-5):
-    """The same hypotheses in the same order; scores equal up to float rounding."""
+    """The same hypotheses in the same order; scores equal up to float rounding.
+
+    Relative to the score too: the two searches sum in other orders, and on an imitated CPU
+    without AVX a score of -4.1 came out 1.5e-5 apart (fp32 keeps about 7 digits).
+    """
     assert [[t for t, _ in h] for h in fast] == [[t for t, _ in h] for h in ours]
     for h_fast, h_ours in zip(fast, ours):
         for (_, a), (_, b) in zip(h_fast, h_ours):
-            assert a == pytest.approx(b, abs=abs_tol)
+            assert a == pytest.approx(b, rel=1e-5, abs=abs_tol)
 
 
 @pytest.mark.parametrize("norm_first,activation,skip_padding",
