@@ -44,17 +44,19 @@ SHIPPED = ["transformer_lib/pretrained", "transformer_lib/decoding.py",
            "transformer_lib/translation/inference.py", "transformer_lib/translation/quantize.py",
            "transformer_lib/translation/pretrained.py", "transformer_lib/translation/scoring.py",
            "transformer_lib/translation/_finite.py", "transformer_lib/translation/fast_beam.py"]
+TRANSLATE_BENCH = ["bench/translate.py", "bench/ct2_convert.py", "bench/op_profile.py"]
 TRAINER = ["transformer_lib/translation/loop.py", "transformer_lib/translation/config.py",
            "transformer_lib/translation/precision.py", "transformer_lib/translation/data.py"]
 
 MEASURED = {
     "bench_train.json": MODEL + TRAIN_BENCH,
     "bench_train_avx2.json": MODEL + TRAIN_BENCH,
+    "bench_train_xeon.json": MODEL + TRAIN_BENCH,
     "bench_quality.json": MODEL + TRAINER + ["bench/fast_setting_quality.py"],
     "bench_attention.json": ["transformer_lib/attention.py", "bench/attention_scaling.py"],
     "bench_decode.json": FORWARD + ["transformer_lib/decoding.py", "bench/decode.py"],
-    "bench_translate.json": FORWARD + SHIPPED + ["bench/translate.py", "bench/ct2_convert.py",
-                                               "bench/op_profile.py"],
+    "bench_translate.json": FORWARD + SHIPPED + TRANSLATE_BENCH,
+    "bench_translate_xeon.json": FORWARD + SHIPPED + TRANSLATE_BENCH,
     "bench_rnn.json": MODEL + ["transformer_lib/gru.py", "bench/rnn_speed.py"],
 }
 # Changes made after the results were measured and read, line by line, as not changing what the
@@ -94,6 +96,8 @@ REVIEWED = {
 EXPERIMENTS = {
     "experiments/decode_speed/results.json": FORWARD + SHIPPED + [
         "experiments/decode_speed/sketch.py"],
+    "experiments/train_step_speed/results.json": MODEL + TRAIN_BENCH + [
+        "experiments/train_step_speed/sketch.py"],
 }
 
 
