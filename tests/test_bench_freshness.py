@@ -98,6 +98,8 @@ EXPERIMENTS = {
         "experiments/decode_speed/sketch.py"],
     "experiments/train_step_speed/results.json": MODEL + TRAIN_BENCH + [
         "experiments/train_step_speed/sketch.py"],
+    "experiments/product_engine/results.json": FORWARD + SHIPPED + [
+        "experiments/product_engine/sketch.py"],
 }
 
 
