@@ -1,8 +1,8 @@
 """data.download against servers and mirrors that misbehave (issues 52 and 54).
 
-A server that trickles its headers, a ``file://`` mirror whose file is a FIFO, a server that
-closes the connection early, and the mode of the files written. Each server is a local one on
-127.0.0.1.
+A server that trickles its headers or its body, a ``file://`` mirror whose file is a FIFO, a
+server that closes the connection early, and the mode of the files written. Each server is a
+local one on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -53,10 +53,30 @@ class _TrickleHeaders(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_the_deadline_covers_headers_that_trickle_in(tmp_path):
-    # before: 20 s, the time the server took to send its headers (each byte came within the
-    # socket's timeout); now: the timeout is a deadline for the whole download
-    srv, url = _serve(_TrickleHeaders)
+class _TrickleBody(http.server.BaseHTTPRequestHandler):
+    """Announces 1,000,000 bytes, then sends one every 0.2 s (about 20 s for 100)."""
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        self.send_response(200)
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        try:
+            for _ in range(100):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("handler", [_TrickleHeaders, _TrickleBody], ids=["headers", "body"])
+def test_the_deadline_covers_a_download_that_trickles_in(tmp_path, handler):
+    # before: 20 s, the time the server took to send its headers or body (each byte came
+    # within the socket's timeout); now: the timeout is a deadline for the whole download
+    srv, url = _serve(handler)
     try:
         t0 = time.perf_counter()
         with pytest.raises(TimeoutError, match=r"val\.de\.gz did not finish within timeout=2 s"):
