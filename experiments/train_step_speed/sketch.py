@@ -4,7 +4,7 @@
 
 Chapter 9 measures ours' fp32 MFU (useful FLOPs over the machine's fp32 matrix-product peak).
 On the Intel Xeon it stays under its targets, and a profile of one small step shows why: the
-products are not the whole step. About 15% of it draws dropout masks (``torch.rand`` makes one
+products are not the whole step. About 11% of it draws dropout masks (``torch.rand`` makes one
 32-bit draw per entry, serially) and about 18% makes passes over the vocabulary-wide
 (tokens × 8,000) tensors of the generator's log-softmax and the loss, which do not fit in the
 caches. This sketch measures two changes without touching the package:
