@@ -36,13 +36,15 @@ def _stop(srv: http.server.ThreadingHTTPServer) -> None:
     srv.server_close()
 
 
-class _TrickleHeaders(http.server.BaseHTTPRequestHandler):
-    """The status line and headers one byte every 0.2 s (about 20 s for all of them)."""
+class _Trickle(http.server.BaseHTTPRequestHandler):
+    """Sends ``slow_bytes()`` one byte every 0.2 s."""
+
+    def slow_bytes(self) -> bytes:
+        raise NotImplementedError
 
     def do_GET(self):  # noqa: N802 (http.server's naming)
-        head = b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"x" * 80 + b"\r\n\r\n"
         try:
-            for byte in head:
+            for byte in self.slow_bytes():
                 self.wfile.write(bytes([byte]))
                 self.wfile.flush()
                 time.sleep(0.2)
@@ -53,23 +55,21 @@ class _TrickleHeaders(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class _TrickleBody(http.server.BaseHTTPRequestHandler):
-    """Announces 1,000,000 bytes, then sends one every 0.2 s (about 20 s for 100)."""
+class _TrickleHeaders(_Trickle):
+    """The status line and headers, byte by byte (about 20 s for all of them)."""
 
-    def do_GET(self):  # noqa: N802 (http.server's naming)
+    def slow_bytes(self) -> bytes:
+        return b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"x" * 80 + b"\r\n\r\n"
+
+
+class _TrickleBody(_Trickle):
+    """Announces 1,000,000 bytes at once, then sends 100 of them byte by byte (about 20 s)."""
+
+    def slow_bytes(self) -> bytes:
         self.send_response(200)
         self.send_header("Content-Length", "1000000")
         self.end_headers()
-        try:
-            for _ in range(100):
-                self.wfile.write(b"x")
-                self.wfile.flush()
-                time.sleep(0.2)
-        except OSError:
-            pass
-
-    def log_message(self, *args):
-        pass
+        return b"x" * 100
 
 
 @pytest.mark.parametrize("handler", [_TrickleHeaders, _TrickleBody], ids=["headers", "body"])

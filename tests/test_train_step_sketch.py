@@ -79,3 +79,26 @@ def test_sketch_runs_tiny_and_writes_its_record(tmp_path):
         assert 0 < row["mfu_fp32"] and row["speedup_vs_package"] > 0
     check = data["configs"]["tiny"]["fused_loss_check"]
     assert check["max_abs_grad_diff"] <= 1e-4 * check["max_abs_grad"]
+
+
+def test_the_sketch_reference_is_the_step_chapter_9_times():
+    """The sketch builds its own optimizer (its fused loss needs its own criterion); its
+    "package" variant must still be the benchmark's ours_fp32 step: from the same weights and
+    random draws, one step gives the same loss and the same updated weights."""
+    from bench.train_models import CONFIGS, random_batches
+    from bench.train_steps import build_variant
+
+    cfg = CONFIGS["tiny"]
+    batch = random_batches(cfg, torch.device("cpu"))[0]
+    results = []
+    for build in (lambda: build_variant("ours_fp32", cfg, torch.device("cpu"))[:2],
+                  lambda: sketch.build("package", cfg, torch.device("cpu"))[:2]):
+        model, step = build()
+        torch.manual_seed(1)  # the same dropout masks
+        loss = step(batch)
+        results.append((loss, [p.detach().clone() for p in model.parameters()]))
+    (loss_a, params_a), (loss_b, params_b) = results
+    assert loss_a == loss_b
+    assert len(params_a) == len(params_b)
+    for a, b in zip(params_a, params_b):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
