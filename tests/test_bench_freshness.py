@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (chapter 6) what the training benchmarks run.
 FORWARD = [f"transformer_lib/{name}.py"
            for name in ("attention", "masks", "multihead", "positional", "layers", "model")]
-MODEL = FORWARD + ["transformer_lib/training.py"]
+MODEL = FORWARD + ["transformer_lib/training.py", "transformer_lib/fused_loss.py"]
 # the training benchmark's own modules, its timing (common.py) included. Not compared: the
 # trainer's modules it also imports (translation/config.py for the clip norm's value,
 # translation/data.py for the bucketing experiment's batches, translation/precision.py for

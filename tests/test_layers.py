@@ -192,7 +192,7 @@ def test_sublayer_connection_dropout_acts_on_the_sublayer_output_only(norm_first
     torch.testing.assert_close(block(x, sub), expected_eval)
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.3333])
 def test_dropout_distribution_scale_and_gradient(p):
     torch.manual_seed(0)
     drop = Dropout(p)
@@ -201,12 +201,15 @@ def test_dropout_distribution_scale_and_gradient(p):
     x = torch.full((n,), 2.0, requires_grad=True)
     y = drop(x)
     kept = (y != 0).double().mean().item()
-    # a Binomial(n, 1 - p) fraction: within 5 standard deviations
-    assert abs(kept - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)
-    survivors = y[y != 0]
-    torch.testing.assert_close(survivors, torch.full_like(survivors, 2.0 / (1 - p)))
+    # the mask's 16 bits drop with p rounded to a multiple of 2^-16
+    p16 = round(p * 2**16) / 2**16
+    assert abs(p16 - p) <= 2**-17
+    # a Binomial(n, 1 - p16) fraction: within 5 standard deviations
+    assert abs(kept - (1 - p16)) < 5 * math.sqrt(p16 * (1 - p16) / n)
+    survivors = y[y != 0]  # scaled by one over the kept probability: unbiased
+    torch.testing.assert_close(survivors, torch.full_like(survivors, 2.0 / (1 - p16)))
     y.backward(torch.ones(n))
-    torch.testing.assert_close(x.grad, (y != 0).float() / (1 - p))
+    torch.testing.assert_close(x.grad, (y != 0).float() / (1 - p16))
     # independent masks call after call, and the same mask for the same seed
     assert not torch.equal(drop(x) != 0, y != 0)
     torch.manual_seed(0)
@@ -214,6 +217,37 @@ def test_dropout_distribution_scale_and_gradient(p):
     # bf16 stays bf16; evaluation and p = 0 are the identity
     assert drop(torch.ones(3, dtype=torch.bfloat16)).dtype == torch.bfloat16
     assert drop.eval()(x) is x and Dropout(0.0)(x) is x
+
+
+def test_dropout_masks_are_uniform_over_positions_and_shapes():
+    """Four entries share a 64-bit draw: each of the four lanes keeps 1 - p, independently,
+    for any size (a last draw only partly used) and for non-contiguous inputs."""
+    torch.manual_seed(0)
+    drop = Dropout(0.25)
+    y = drop(torch.ones(250_001, 4).t())  # (4, 250_001), non-contiguous
+    assert y.shape == (4, 250_001)
+    kept = (y != 0).double()
+    for lane in range(4):  # entries 4k + lane of the flat order
+        share = kept.flatten()[lane::4].mean().item()
+        assert abs(share - 0.75) < 5 * math.sqrt(0.75 * 0.25 / 250_000)
+    # neighbours in a draw are independent: both kept with probability 0.75^2
+    flat = kept.flatten()[: 4 * 250_000].view(-1, 4)
+    both = (flat[:, 0] * flat[:, 1]).mean().item()
+    assert abs(both - 0.5625) < 5 * math.sqrt(0.5625 * 0.4375 / 250_000)
+    assert drop(torch.ones(3)).shape == (3,) and drop(torch.ones(0, 5)).shape == (0, 5)
+
+
+@pytest.mark.parametrize("p", [0.99999, 1e-6])
+def test_dropout_at_the_ends_of_the_grid(p):
+    """p near 1 drops at most 1 - 2^-16 (a finite scale, never a division by 0); a p under
+    2^-17 rounds to 0: nothing dropped, and nothing scaled."""
+    torch.manual_seed(0)
+    y = Dropout(p)(torch.ones(2_000_000))
+    assert torch.isfinite(y).all()
+    if p > 0.5:  # some 31 survivors expected
+        assert 5 < (y != 0).sum() < 80 and y.max().item() == 2.0**16
+    else:
+        assert torch.equal(y, torch.ones(2_000_000))
 
 
 @pytest.mark.parametrize("p", [1.0, -0.1, float("nan"), True, "0.1", None])

@@ -42,6 +42,7 @@ WHAT = {
     "layers": "Embeddings, layer norm, residual sublayers, feed-forward, encoder and decoder",
     "model": "The encoder-decoder model and make_model",
     "training": "Batches, label smoothing, the Noam schedule and the training step",
+    "fused_loss": "The generator, log-softmax and label-smoothed loss fused, for the training step",
     "decoding": "Greedy and beam-search decoding with a key/value cache",
     "gru": "The GRU encoder-decoder with additive attention: the baseline of chapter 8",
     "lm": "A decoder-only language model, sampling, and masked-token corruption",

@@ -45,6 +45,7 @@ from .training import (
     run_epoch,
     copy_task_batches,
 )
+from .fused_loss import generator_kl
 from .decoding import KVCache, decode_step, greedy_decode, gnmt_length_penalty, beam_search
 from .gru import GRUEncoder, GRUDecoder, GRUTranslator, GRUDecoderCache, make_gru_model
 from .lm import TransformerLM, filter_logits, sample_next, LMCache, lm_step, generate, mask_tokens
@@ -133,6 +134,7 @@ __all__ = [
     "train_step",
     "run_epoch",
     "copy_task_batches",
+    "generator_kl",
     "KVCache",
     "decode_step",
     "greedy_decode",
