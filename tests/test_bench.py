@@ -146,7 +146,6 @@ TRANSLATE_KEYS = COMMON_KEYS + [
         ("bench_translate.json", TRANSLATE_KEYS),
         ("bench_translate_xeon.json", TRANSLATE_KEYS),  # the other CPU kind
         ("bench_train.json", TRAIN_KEYS + EXTRAS_KEYS + BUCKETING_KEYS),
-        ("bench_train_xeon.json", TRAIN_KEYS + EXTRAS_KEYS + BUCKETING_KEYS),
         ("bench_attention.json", ATTENTION_KEYS),
         ("bench_decode.json", DECODE_KEYS),
         ("bench_quality.json", QUALITY_KEYS),
@@ -217,12 +216,12 @@ def test_matmul_peak_is_2n3_flops_over_the_fastest_timed_product(monkeypatch):
     assert math.isfinite(peak) and peak > 0
 
 
-@pytest.mark.parametrize("name", ["bench_train.json", "bench_train_xeon.json"])
+@pytest.mark.parametrize("name", ["bench_train.json"])
 def test_committed_train_results_are_ratios_of_the_same_run(name):
-    """results/bench_train*.json (the appendix's speed-ups, MFU and targets, one file per CPU
-    kind): every ratio is computed from the tokens/s of the same run, every MFU from the
-    larger of the two matmul peaks of that run in the variant's own precision, and every
-    target's verdict from its ratio."""
+    """results/bench_train.json (the appendix's speed-ups, MFU and targets): every ratio is
+    computed from the tokens/s of the same run, every MFU from the larger of the two matmul
+    peaks of that run in the variant's own precision, and every target's verdict from its
+    ratio."""
     path = Path(__file__).resolve().parents[1] / "results" / name
     data = json.loads(path.read_text(encoding="utf-8"))
     peaks = data["matmul_peak_flops"]
@@ -382,11 +381,24 @@ def test_nn_transformer_computes_our_function():
     assert tm.same_math_check(TINY, CPU) < 1e-4
 
 
+@pytest.fixture
+def count_inplace_addmm(monkeypatch):
+    """FlopCounterMode counts ``aten.addmm`` but not its in-place form, with which chapter 6's
+    fused loss adds up the generator's weight gradient: give it the same formula. (The
+    committed training results' ``flop_counter_check`` predates this and reads one
+    (tokens x d_model x vocab) product short per batch; their MFU uses the analytic count.)"""
+    from torch.utils import flop_counter
+
+    aten = torch.ops.aten
+    monkeypatch.setitem(flop_counter.flop_registry, aten.addmm_,
+                        flop_counter.flop_registry[aten.addmm])
+
+
 @pytest.mark.parametrize(
     "variant",
     ["ours_fp32", "ours_fp32_no_padding_skip", "nn_transformer_fp32", "textbook_fp32"],
 )
-def test_analytic_flops_equal_flop_counter(variant):
+def test_analytic_flops_equal_flop_counter(variant, count_inplace_addmm):
     """The analytic count (padded shapes) equals torch's FlopCounterMode for all the models."""
     _, step = ts.build_variant(variant, TINY, CPU)
     batch = tm.random_batches(TINY, CPU)[0]
@@ -526,7 +538,7 @@ def test_trainer_step_clips_at_the_trainers_norm():
     assert not torch.allclose(finals[0], finals[1])
 
 
-def test_run_config_is_well_formed():
+def test_run_config_is_well_formed(count_inplace_addmm):
     names = ["ours_fp32", "nn_transformer_fp32", "textbook_fp32", "ours_bf16_paper_dropout"]
     cfg = dataclasses.replace(TINY, repeats=1)
     res = tt.run_config(cfg, names, CPU, measure_memory=False, verbose=False)
