@@ -170,18 +170,22 @@ def test_every_committed_benchmark_has_its_measured_files():
     assert not unmeasured, unmeasured
 
 
+def measured_before(name: str, commit: str) -> bool:
+    """Whether the committed result `name` was measured at `commit` or an ancestor of it
+    (False when it is not committed)."""
+    path = ROOT / name if name in EXPERIMENTS else ROOT / "results" / name
+    if not path.exists():
+        return False
+    measured = json.loads(path.read_text(encoding="utf-8"))["git_commit"]
+    return git("merge-base", "--is-ancestor", measured, commit).returncode == 0
+
+
 def test_every_reviewed_file_is_needed_by_an_older_result(history):
     """A REVIEWED entry stands in for a measurement only where a result predates it: once
     every result measuring a file is newer than REVIEWED_AT, the entry must go (else the list
     names readings nothing relies on)."""
-    older = []
-    for name, paths in {**MEASURED, **EXPERIMENTS}.items():
-        path = ROOT / name if name in EXPERIMENTS else ROOT / "results" / name
-        if not path.exists():
-            continue
-        commit = json.loads(path.read_text(encoding="utf-8"))["git_commit"]
-        if git("merge-base", "--is-ancestor", commit, REVIEWED_AT).returncode == 0:
-            older.append(paths)
+    older = [paths for name, paths in {**MEASURED, **EXPERIMENTS}.items()
+             if measured_before(name, REVIEWED_AT)]
     unneeded = [r for r in REVIEWED
                 if not any(r == m or r.startswith(m + "/") for ps in older for m in ps)]
     assert not unneeded, f"no result older than REVIEWED_AT measures {unneeded}: drop them"
@@ -192,16 +196,10 @@ def test_every_not_run_reading_is_needed_and_names_real_results(history):
     predate NOT_RUN_AT; once none does, it must go."""
     assert git("cat-file", "-e", f"{NOT_RUN_AT}^{{commit}}").returncode == 0, NOT_RUN_AT
     for path, (_, results) in NOT_RUN.items():
-        needed = []
         for name in results:
             paths = EXPERIMENTS.get(name) or MEASURED[name]  # a KeyError names a typo
             assert path in paths, (name, path)
-            file = ROOT / name if name in EXPERIMENTS else ROOT / "results" / name
-            if not file.exists():
-                continue
-            commit = json.loads(file.read_text(encoding="utf-8"))["git_commit"]
-            if git("merge-base", "--is-ancestor", commit, NOT_RUN_AT).returncode == 0:
-                needed.append(name)
+        needed = [name for name in results if measured_before(name, NOT_RUN_AT)]
         assert needed, f"no result older than NOT_RUN_AT relies on {path}: drop it"
 
 

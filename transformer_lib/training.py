@@ -50,26 +50,20 @@ class Batch:
 
     Args:
         src: (batch, S) source token ids.
-        tgt: (batch, T) target token ids starting with the start symbol, or
-            None (inference).
-        pad: the padding token id (keyword-only; 0, as in
-            ``transformer_lib.translation.data.PAD``).
+        tgt: (batch, T) target ids, from the start symbol; None to infer.
+        pad: the padding id (keyword-only; 0 is ``translation.data.PAD``).
 
     Attributes:
-        src_mask: (batch, 1, S) bool, True where the source token is not
-            padding.
+        src_mask: (batch, 1, S) bool, True at non-padding source tokens.
         tgt: (batch, T-1) decoder input: the target without its last token
             (shifted right).
         tgt_y: (batch, T-1) what the decoder must predict: the target without
             its first token.
         tgt_mask: (batch, T-1, T-1) bool, True where query i may attend to key
             j: j <= i and token j is not padding.
-        ntokens: number of non-padding tokens in ``tgt_y`` (what the loss is
-            averaged over).
+        ntokens: non-padding tokens in ``tgt_y`` (the loss's average).
 
-    Batching of paper section 5.1; the decoder input of paper section
-    3.1 (teacher forcing).
-    Defined in chapter 6.
+    Paper sections 5.1 (batching) and 3.1 (teacher forcing). Chapter 6.
     """
 
     def __init__(self, src: Tensor, tgt: Tensor | None = None, *, pad: int = 0) -> None:
@@ -125,7 +119,7 @@ def smoothed_kl_by_definition(x: Tensor, p: Tensor) -> Tensor:
 
     The definition ``LabelSmoothing`` is checked against (and the benchmarks'
     textbook model uses); terms with p = 0 count 0, also where x = -inf.
-    Defined in chapter 6.
+    Chapter 6.
     """
     log_q = x.masked_fill(p == 0, 0.0)  # 0 * log q := 0, even if log q = -inf
     return (torch.xlogy(p, p) - p * log_q).sum()  # sum p log p - sum p log q
@@ -135,18 +129,17 @@ class LabelSmoothing(nn.Module):
     """KL divergence between a label-smoothed target and the prediction.
 
     The target puts 1 - smoothing on the true class, smoothing / (size - 2)
-    on every other class but padding, 0 on padding, and nothing at all on
-    rows whose target is padding (they do not count). Terms of target
-    probability 0 add exactly 0, even where log q = -inf: there is no NaN.
+    on the others but padding, 0 on padding; padding rows do not count.
+    Terms of target probability 0 add 0, even where log q = -inf: no NaN.
 
     Args:
         size: vocabulary size V. padding_idx: the padding id, never a class.
         smoothing: epsilon_ls in [0, 1) (0.1 in the paper; 0 is the NLL).
 
     ``forward(x, target)``: x (N, size) log-probabilities, target (N,) ids
-    -> the summed KL, a scalar, in closed form: the (N, size) target is not
-    built (``self.true_dist`` builds it for the last call, for plots and
-    checks). Paper section 5.4 (Szegedy et al., 2016). Defined in chapter 6.
+    -> the summed KL in closed form, without the (N, size) target (built by
+    ``self.true_dist`` for the last call). Paper section 5.4 (Szegedy et
+    al., 2016). Defined in chapter 6.
     """
 
     def __init__(self, size: int, padding_idx: int, smoothing: float = 0.0) -> None:
@@ -228,9 +221,8 @@ class LabelSmoothing(nn.Module):
         x_y = x.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,) log q(y)
         per_row = self.row_entropy_term - self.confidence * x_y  # (N,)
         if self.spread > 0:
-            # the sum of log q over the classes other than padding, taken by
-            # slicing around the padding column (never subtracting it: it
-            # may be -inf); then the true class is taken out
+            # sum of log q over the classes but padding, slicing around its
+            # column (it may be -inf: never subtract it); minus the true class
             non_pad = x[:, :pad].sum(1) + x[:, pad + 1 :].sum(1)  # (N,)
             per_row = per_row - self.spread * (non_pad - x_y)
             # q(y) = 0 makes the row's loss +inf, where the subtraction
@@ -242,10 +234,9 @@ class LabelSmoothing(nn.Module):
 class _SmoothedKL(torch.autograd.Function):
     """Forward: ``LabelSmoothing.closed_form``. Backward: the gradient -p.
 
-    Left to autograd, the gather, the two slice sums and the masks of the
-    closed form would each send back their own (N, V) gradient, to be added
-    up: several passes over the largest tensor of the step. Written directly,
-    one pass suffices, since d KL(p || q) / d log q = -p.
+    Left to autograd, the closed form's gather, slice sums and masks would
+    each send back an (N, V) gradient to add up; written directly, one pass
+    suffices, since d KL(p || q) / d log q = -p.
     """
 
     @staticmethod
@@ -267,19 +258,16 @@ def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
     """The paper's learning rate: linear warm-up, then 1/sqrt(step) decay.
 
     lrate = factor * model_size^-0.5 * min(step^-0.5, step * warmup^-1.5).
-    Step 0 counts as step 1, since ``LambdaLR`` asks for the rate of step 0
-    before the first update.
+    Step 0 counts as step 1 (``LambdaLR`` asks for it before any update).
 
     Args:
         step: number of optimizer updates done so far (>= 0).
         model_size: d_model (>= 1).
         factor: overall scale (>= 0; 1.0 in the paper).
-        warmup: number of warm-up steps (>= 1; 4000 in the paper). The peak is
-            at step = warmup.
+        warmup: warm-up steps (>= 1; 4000 in the paper), where it peaks.
 
     Use as ``LambdaLR(optimizer, lambda s: rate(s, d_model, factor, warmup))``
-    with base lr 1.0.
-    Equation (3) of paper section 5.3. Defined in chapter 6.
+    with base lr 1.0. Equation (3) of paper section 5.3. Chapter 6.
     """
     if warmup < 1:
         raise ValueError(f"warmup must be >= 1 step, got {warmup}")
@@ -305,9 +293,8 @@ class SimpleLossCompute:
     ``__call__(x, y, norm)``: x (batch, T, d_model) decoder states, y (batch,
     T) target ids, norm the number of tokens to average over. Returns (summed
     loss, detached, for logging; loss / norm, to back-propagate). An
-    all-padding batch has norm 0 and loss 0: it is divided by 1 instead,
-    giving a zero loss and zero gradient rather than NaN.
-    Part of the training procedure of paper section 5. Defined in chapter 6.
+    all-padding batch (norm 0, loss 0) is divided by 1: a zero loss and
+    gradient, not NaN. Paper section 5. Defined in chapter 6.
     """
 
     def __init__(self, generator: Callable[[Tensor], Tensor], criterion: nn.Module) -> None:
@@ -328,12 +315,9 @@ class TrainState:
 
     Attributes:
         step: optimizer updates (what the learning-rate schedule counts).
-        accum_step: batches back-propagated (step * accum, fewer when the
-            last group is shorter).
+        accum_step: batches back-propagated (step * accum, or fewer).
         samples: sequences (sentence pairs) trained on.
-        tokens: non-padding target tokens trained on.
-
-    Defined in chapter 6.
+        tokens: non-padding target tokens trained on. Defined in chapter 6.
     """
 
     step: int = 0
@@ -360,9 +344,10 @@ def real_token_loss(
 ) -> Tensor:
     """`criterion` summed over the real (non-padding) target tokens.
 
-    The generator runs on those positions only: a padding position would cost
-    a (d_model x vocab) projection and then count 0. Training, evaluation and
-    the translation package's validation loss all score with this.
+    The generator runs on those positions only (a padding one would cost a
+    (d_model x vocab) product, then count 0). With our ``Generator`` and
+    ``LabelSmoothing``, in fp32 on a CPU with gradients, it scores by
+    ``LabelSmoothing.with_generator``: the same loss, no (N, vocab) tensor.
 
     Args:
         model: an ``EncoderDecoder``; batch: a `Batch` with targets.
@@ -389,9 +374,8 @@ def real_token_loss(
 
 
 def _fuses(generator: nn.Module, criterion: object, out: Tensor) -> bool:
-    """Whether `LabelSmoothing.with_generator` takes over: our generator and
-    criterion, float32 on a CPU, gradients wanted. There it measured faster
-    (chapter 9) and gives the same loss and gradients (tests)."""
+    """Whether `LabelSmoothing.with_generator` takes over (faster: chapter 9;
+    equal: tests): ours, float32 on a CPU, gradients wanted."""
     return (
         type(generator) is Generator
         and type(criterion) is LabelSmoothing
@@ -425,16 +409,14 @@ def train_step(
         optimizer: updated once, after every batch has been back-propagated.
         clip_norm: clip the global L2 norm of the gradients to this (None:
             no clipping). scheduler: stepped once after the update.
-        forward: the module called for the forward pass (default `model`;
-            e.g. a ``DistributedDataParallel`` wrapper of it, whose
-            ``no_sync`` is used for every batch but the last).
+        forward: the module called (default `model`; e.g. its
+            ``DistributedDataParallel`` wrapper, synced on the last batch).
         loss_scale: back-propagate ``loss * loss_scale`` (default: 1 / the
             real target tokens of all the batches: one big batch's update).
 
-    Returns:
-        (summed loss over the real target tokens, number of those tokens).
-    Raises FloatingPointError, before updating, if the loss is not finite.
-    The training step of paper section 5. Defined in chapter 6.
+    Returns (summed loss over the real target tokens, their number); raises
+    FloatingPointError, before updating, if the loss is not finite. The
+    training step of paper section 5. Defined in chapter 6.
     """
     if precision not in ("fp32", "bf16"):
         raise ValueError(f'precision must be "fp32" or "bf16", got {precision!r}')
@@ -449,9 +431,8 @@ def train_step(
     call = model if forward is None else forward
     total = 0.0
     for i, b in enumerate(batches):
-        # A DDP wrapper averages gradients across processes at every
-        # backward; the micro-batches before the last one only need to add
-        # up locally.
+        # DDP averages gradients across processes at every backward; the
+        # micro-batches before the last one need only add up locally
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(call, "no_sync") else call.no_sync()
         with sync:
@@ -495,23 +476,19 @@ def run_epoch(
         model: an ``EncoderDecoder``.
         loss_compute: ``SimpleLossCompute(model.generator, criterion)``;
             both modes score with its criterion (`real_token_loss`).
-        optimizer: required in "train" mode. scheduler: optional, stepped
-            after each update.
-        mode: "train" (dropout on, gradients, updates) or "eval" (dropout
-            off, no gradients).
+        optimizer: required to train. scheduler: stepped after each update.
+        mode: "train" (dropout, gradients, updates) or "eval" (neither).
         accum: batches per optimizer update. Each group's losses are divided
             by the group's total token count, so an update equals one step
             on the concatenated batches; a shorter last group is applied too.
-        train_state: counters to continue (a new `TrainState` if None);
-            updated in "train".
+        train_state: counters to continue (None: a new `TrainState`).
         clip_norm: clip the global L2 norm of the gradients to this before
             each update (None: no clipping, as in the paper).
         progress: show a tqdm bar on stderr with the running loss, tok/s and
             learning rate. desc: its label (default: the mode).
         history: if given, the loss per token of every update is appended.
 
-    Returns:
-        (loss per non-padding target token over the epoch, the train state).
+    Returns (loss per non-padding target token, the train state).
     The training procedure of paper section 5. Defined in chapter 6.
     """
     _check_epoch_args(mode, accum, clip_norm, optimizer)
@@ -599,17 +576,14 @@ def copy_task_batches(
     uniformly from {2, ..., vocab - 1}; id 0 is padding (never produced).
 
     Args:
-        vocab: vocabulary size (>= 3).
-        batch_size: sequences per batch (>= 1). n_batches: number of batches
-            (>= 0).
+        vocab: vocabulary size (>= 3). batch_size: sequences per batch (>= 1).
+        n_batches: number of batches (>= 0).
         seq_len: length of each sequence including the start symbol (>= 2).
         generator: a seeded CPU ``torch.Generator`` for reproducible data.
         device: where the batches are put (default: the CPU).
 
-    Yields:
-        ``Batch(src, src, pad=0)`` with src (batch_size, seq_len).
-    The toy task of the Annotated Transformer (Rush, 2018). Defined in
-    chapter 6.
+    Yields ``Batch(src, src, pad=0)`` with src (batch_size, seq_len): the
+    toy task of the Annotated Transformer (Rush, 2018). Defined in chapter 6.
     """
     if vocab < 3:
         raise ValueError(f"vocab must be >= 3 (padding 0, start 1, a token), got {vocab}")
