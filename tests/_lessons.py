@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from transformer_lib.training import LabelSmoothing
+
 CHAPTERS = Path(__file__).resolve().parents[1] / "chapters"
 
 
@@ -31,3 +33,10 @@ def lesson(chapter: str, *cell_ids: str, namespace: dict[str, Any] | None = None
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         exec(compile(source, f"{path.name}#{cell_id}", "exec"), ns)  # noqa: S102
     return ns
+
+
+class PlainRoute(LabelSmoothing):
+    """``LabelSmoothing`` that chapter 6's step scores the way the lesson does: through the
+    generator's (N, vocab) log-probabilities. The step takes its fused route for
+    ``LabelSmoothing`` itself only, so a subclass keeps it on the plain one (the two routes
+    agree to rounding: tests/test_fused_loss.py)."""

@@ -11,22 +11,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _lessons import PlainRoute
 from torch import nn
 
 from transformer_lib import fused_loss, make_model
 from transformer_lib.layers import Generator
 from transformer_lib.training import Batch, LabelSmoothing, real_token_loss, train_step
-
-
-class Plain(nn.Module):
-    """The same criterion, not recognised by the step: the plain route."""
-
-    def __init__(self, ls: LabelSmoothing) -> None:
-        super().__init__()
-        self.ls = ls
-
-    def forward(self, x, target):
-        return self.ls(x, target)
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
@@ -103,7 +93,7 @@ def test_real_token_loss_takes_the_fused_route_only_where_it_applies(monkeypatch
     model, batch, ls = _setup()
     real_token_loss(model, batch, ls)
     assert len(calls) == 1  # fp32, a CPU, gradients: fused
-    real_token_loss(model, batch, Plain(ls))  # not our criterion
+    real_token_loss(model, batch, PlainRoute(30, 0, 0.1))  # not LabelSmoothing itself
     with torch.no_grad():  # evaluation: no gradients to make
         real_token_loss(model, batch, ls)
     real_token_loss(model, batch, ls, precision="bf16")  # autocast
@@ -116,10 +106,10 @@ def test_train_step_fused_and_plain_give_the_same_update():
     """One step (SGD, clipping) on each route from the same weights: the same loss and,
     up to rounding, the same weights."""
     results = []
-    for wrap in (lambda ls: ls, Plain):
-        model, batch, ls = _setup()
+    for criterion in (LabelSmoothing, PlainRoute):
+        model, batch, _ = _setup()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)  # linear in the gradients
-        loss, n = train_step(model, [batch], wrap(ls), opt, clip_norm=1.0)
+        loss, n = train_step(model, [batch], criterion(30, 0, 0.1), opt, clip_norm=1.0)
         results.append((loss, n, [p.detach().clone() for p in model.parameters()]))
     (loss_a, n_a, params_a), (loss_b, n_b, params_b) = results
     assert n_a == n_b == batch.ntokens

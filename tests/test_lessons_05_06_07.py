@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _lessons import lesson
+from _lessons import PlainRoute, lesson
 from torch import nn
 
 from transformer_lib import decoding, layers, model, training
@@ -172,18 +172,13 @@ def _copy_setup(ns: dict, seed: int):
     return m, twin, data
 
 
-class _PlainRoute(training.LabelSmoothing):
-    """LabelSmoothing that the package's step scores by the plain route, as the lesson does:
-    its fused route (for LabelSmoothing itself) agrees to rounding only, which Adam at lr 1
-    amplifies over an epoch. tests/test_fused_loss.py holds the two routes equal, and the
-    gradient test below compares the lesson with the fused route."""
-
-
 @pytest.mark.parametrize(("accum", "clip"), [(1, None), (2, 0.5)])
 def test_ch6_run_epoch_and_train_step_match_package(accum: int, clip: float | None) -> None:
     """The lesson's loop and the package's: the same losses, history, counters, weights."""
     ns = _ch6_lessons()
-    crit = _PlainRoute(11, 0, 0.1)
+    # the lesson's route in both: Adam at lr 1 amplifies the fused route's rounding over an
+    # epoch (the gradient test below compares the lesson with the fused route)
+    crit = PlainRoute(11, 0, 0.1)
     ours, theirs, data = _copy_setup(ns, 3)
     results = []
     for m, run_epoch in ((ours, ns["run_epoch"]), (theirs, training.run_epoch)):

@@ -14,6 +14,7 @@ import json
 import pytest
 import torch
 
+import transformer_lib.training as training
 from experiments.train_step_speed import sketch
 from transformer_lib.layers import Dropout
 
@@ -42,15 +43,13 @@ def test_variants_take_out_their_lever(monkeypatch):
     real = sketch.Dropout.forward
     monkeypatch.setattr(sketch.Dropout, "forward", lambda s, x: calls.append(1) or real(s, x))
     fused = []
-    import transformer_lib.training as training
-
     real_kl = training.generator_kl
     monkeypatch.setattr(training, "generator_kl", lambda *a: fused.append(1) or real_kl(*a))
     seen = {}
     for name in sketch.VARIANTS:
         calls.clear()
         fused.clear()
-        model, step, _ = sketch.build(name, cfg, torch.device("cpu"))
+        _, step, _ = sketch.build(name, cfg, torch.device("cpu"))
         step(batch)
         seen[name] = (bool(calls), bool(fused))
     assert seen == {"package": (True, True), "float_dropout": (False, True),
