@@ -146,6 +146,7 @@ TRANSLATE_KEYS = COMMON_KEYS + [
         ("bench_translate.json", TRANSLATE_KEYS),
         ("bench_translate_xeon.json", TRANSLATE_KEYS),  # the other CPU kind
         ("bench_train.json", TRAIN_KEYS + EXTRAS_KEYS + BUCKETING_KEYS),
+        ("bench_train_epyc.json", TRAIN_KEYS + EXTRAS_KEYS + BUCKETING_KEYS),
         ("bench_attention.json", ATTENTION_KEYS),
         ("bench_decode.json", DECODE_KEYS),
         ("bench_quality.json", QUALITY_KEYS),
@@ -216,12 +217,12 @@ def test_matmul_peak_is_2n3_flops_over_the_fastest_timed_product(monkeypatch):
     assert math.isfinite(peak) and peak > 0
 
 
-@pytest.mark.parametrize("name", ["bench_train.json"])
+@pytest.mark.parametrize("name", ["bench_train.json", "bench_train_epyc.json"])
 def test_committed_train_results_are_ratios_of_the_same_run(name):
-    """results/bench_train.json (the appendix's speed-ups, MFU and targets): every ratio is
-    computed from the tokens/s of the same run, every MFU from the larger of the two matmul
-    peaks of that run in the variant's own precision, and every target's verdict from its
-    ratio."""
+    """results/bench_train.json and the EPYC's (the appendix's speed-ups, MFU and targets):
+    every ratio is computed from the tokens/s of the same run, every MFU from the larger of
+    the two matmul peaks of that run in the variant's own precision, and every target's
+    verdict from its ratio."""
     path = Path(__file__).resolve().parents[1] / "results" / name
     data = json.loads(path.read_text(encoding="utf-8"))
     peaks = data["matmul_peak_flops"]

@@ -51,6 +51,7 @@ TRAINER = ["transformer_lib/translation/loop.py", "transformer_lib/translation/c
 MEASURED = {
     "bench_train.json": MODEL + TRAIN_BENCH,
     "bench_train_avx2.json": MODEL + TRAIN_BENCH,
+    "bench_train_epyc.json": MODEL + TRAIN_BENCH,  # the other CPU kind
     "bench_quality.json": MODEL + TRAINER + ["bench/fast_setting_quality.py"],
     "bench_attention.json": ["transformer_lib/attention.py", "bench/attention_scaling.py"],
     "bench_decode.json": FORWARD + ["transformer_lib/decoding.py", "bench/decode.py"],
