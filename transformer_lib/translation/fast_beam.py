@@ -7,7 +7,9 @@ places, so scores can differ from chapter 7's in the last bits (``tests/test_fas
 the same hypotheses on random models and on 200 validation sentences of the shipped one):
 
 * on CPUs not made by Intel the products run in oneDNN instead of MKL (``onednn_default``):
-  measured 2-3x faster per product on an AMD EPYC, the largest single gain;
+  on an AMD EPYC a whole translation with MKL's products took 1.13x (rounds 1.07-1.27x)
+  the time with oneDNN's on two threads, within noise on one
+  (``experiments/product_engine/results_epyc.json``);
 * the encoder output's keys and values are projected once per sentence, not once per beam,
   and the k beams of a sentence attend to them together (the beams as k queries of one
   sentence: the keys and values are read once, not k times);
@@ -125,8 +127,9 @@ def onednn_default() -> bool:
     """Whether the products run in oneDNN by default: on CPUs not made by Intel.
 
     PyTorch's fp32 ``nn.Linear`` calls MKL, which on other vendors' CPUs takes slower code
-    paths; oneDNN (also in PyTorch) measured 2-3x faster for this model's products on an
-    AMD EPYC (``bench/translate.py``). ``TRANSFORMER_LIB_ONEDNN=1`` or ``0`` overrides.
+    paths; with oneDNN's products (also in PyTorch) a translation measured faster on an AMD
+    EPYC on two threads, and no faster on an Intel Xeon (``experiments/product_engine``).
+    ``TRANSFORMER_LIB_ONEDNN=1`` or ``0`` overrides.
     """
     forced = os.environ.get("TRANSFORMER_LIB_ONEDNN")
     if forced in ("0", "1"):
