@@ -93,6 +93,9 @@ EXPERIMENTS = {
         "experiments/product_engine/sketch.py"],
     "experiments/product_engine/results_epyc.json": FORWARD + SHIPPED + [
         "experiments/product_engine/sketch.py"],  # the other CPU kind
+    # chapter 7's search under bf16 autocast against fast_beam, through translate_sentences
+    "experiments/translate_precision/results_epyc.json": FORWARD + SHIPPED + [
+        "transformer_lib/translation/precision.py", "experiments/translate_precision/sketch.py"],
 }
 
 
