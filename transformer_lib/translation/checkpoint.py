@@ -25,7 +25,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import random
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -33,7 +32,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -54,6 +52,7 @@ from transformer_lib.translation._fileio import (
     write_durably,
 )
 from transformer_lib.translation.distributed import checked_device
+from transformer_lib.translation.rng import capture_rng_state, restore_rng_state
 
 __all__ = [
     "save_checkpoint",
@@ -69,48 +68,6 @@ _VERSION = 1
 _MODEL, _CONFIG, _TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 _TRAINER_T, _TRAINER_J, _MANIFEST = "trainer.safetensors", "trainer.json", "manifest.json"
 _OWN_FILES = (_MODEL, _CONFIG, _TOKENIZER, _TRAINER_T, _TRAINER_J, _MANIFEST)
-
-
-# ---------------------------------------------------------------------------------- RNG
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """The state of every random generator a training run draws from.
-
-    torch's CPU generator (a uint8 tensor), every CUDA device's generator when CUDA is
-    available, Python's ``random`` and NumPy's global generator. Restoring it with
-    ``restore_rng_state`` makes the next random numbers (dropout masks, shuffles) the same.
-    """
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: Mapping[str, Any]) -> None:
-    """Set the generators from ``capture_rng_state()`` output (missing entries are left alone).
-
-    CUDA states are restored only when the same number of CUDA devices is available: a
-    checkpoint written on a GPU machine can still be resumed on a CPU one.
-    """
-    if "torch" in state:
-        torch.set_rng_state(torch.as_tensor(state["torch"], dtype=torch.uint8).cpu())
-    if "python" in state:
-        random.setstate(_as_tuples(state["python"]))
-    if "numpy" in state:
-        np.random.set_state(_as_tuples(state["numpy"]))
-    cuda = state.get("cuda")
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all([t.cpu() for t in cuda])
-
-
-def _as_tuples(x: Any) -> Any:
-    """Lists back to tuples (for states that went through plain JSON elsewhere)."""
-    return tuple(_as_tuples(v) for v in x) if isinstance(x, list) else x
 
 
 # ---------------------------------------------------------------------------------- writing
