@@ -14,14 +14,22 @@ import pytest
 import torch
 
 from experiments.translate_precision import sketch
+from transformer_lib.translation.data import load_multi30k
 
 
 @pytest.mark.multi30k
-def test_sketch_runs_small_and_writes_its_record(tmp_path):
+def test_sketch_runs_small_and_writes_its_record(tmp_path, monkeypatch):
+    splits = []
+
+    def load(split, *args, **kwargs):  # records which split the sketch reads
+        splits.append(split)
+        return load_multi30k(split, *args, **kwargs)
+
+    monkeypatch.setattr(sketch, "load_multi30k", load)
     threads = torch.get_num_threads()
     out = tmp_path / "results.json"
     sketch.main(["--limit", "4", "--repeats", "2", "--threads", "1", "--out", str(out)])
-    assert torch.get_num_threads() == threads
+    assert torch.get_num_threads() == threads and splits == ["val"]
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["git_commit"] and data["machine"]["cpu_model"]
     assert data["split"] == "val" and data["sentences"] == 4
