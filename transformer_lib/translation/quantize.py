@@ -96,9 +96,10 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     ``nn.Linear`` called as a module (attention's W^O, both feed-forward layers, the
     d_model→vocabulary output layer), and the fused W^Q/W^K/W^V, which attention slices by
     rows (chapter 3; ``_Int8Attention``). The vocabulary-wide output layer's weight is packed
-    for the oneDNN engine, the others for PyTorch's default (x86/fbgemm): on an AMD EPYC
-    oneDNN's kernel measured 2-4x faster for the wide 256→8000 product, fbgemm's as fast or
-    faster for the narrow ones. Translate the copy in precision "fp32" (or "auto", which then
+    for the oneDNN engine, the others for PyTorch's default (x86/fbgemm): on an AMD EPYC,
+    one thread, oneDNN's kernel measured about 1.4x faster for the wide 256→8000 product at
+    64 to 256 rows (a beam search's batches; slower at 16), fbgemm's as fast or faster for
+    the narrow ones. Translate the copy in precision "fp32" (or "auto", which then
     means fp32). ``bench/translate.py`` measures its speed and BLEU against fp32 and
     CTranslate2.
     Raises ValueError unless the model is on the CPU, where these kernels are.
