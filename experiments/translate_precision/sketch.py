@@ -1,6 +1,8 @@
 """Does translating in bf16, what precision "auto" picks on a CPU with bf16, pay on this CPU?
 
-    python -m experiments.translate_precision.sketch  # ~4 min → results_<cpu>.json beside it
+    python -m experiments.translate_precision.sketch --out FILE  # ~4 min
+
+``FILE``: ``experiments/translate_precision/results_<cpu>.json`` (``results_epyc.json``, ...).
 
 ``translate_sentences(precision="auto")`` decodes under bf16 autocast where the CPU has bf16
 instructions (``resolve_precision``), and there beam search runs chapter 7's ``beam_search``:
