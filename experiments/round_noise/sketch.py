@@ -47,24 +47,27 @@ def _timed(fn: Unit) -> float:
     return time.perf_counter() - t0
 
 
-def blocks_round(a: list[Unit], b: list[Unit], r: int) -> tuple[float, float]:
-    """Seconds of A's units and of B's, each system's units in one block (B first if r odd)."""
+def blocks_round(a: list[Unit], b: list[Unit], r: int) -> tuple[list[float], list[float]]:
+    """Seconds of each of A's units and of B's, each system's units in one block (B first if
+    r is odd)."""
     first, second = (a, b) if r % 2 == 0 else (b, a)
-    t_first = sum(_timed(u) for u in first)
-    t_second = sum(_timed(u) for u in second)
+    t_first = [_timed(u) for u in first]
+    t_second = [_timed(u) for u in second]
     return (t_first, t_second) if r % 2 == 0 else (t_second, t_first)
 
 
-def units_round(a: list[Unit], b: list[Unit], r: int) -> tuple[float, float]:
-    """Seconds of A's units and of B's, alternating unit by unit (the first rotating)."""
-    ta = tb = 0.0
+def units_round(a: list[Unit], b: list[Unit], r: int) -> tuple[list[float], list[float]]:
+    """Seconds of each of A's units and of B's, alternating unit by unit (the first
+    rotating)."""
+    ta: list[float] = []
+    tb: list[float] = []
     for i, (ua, ub) in enumerate(zip(a, b, strict=True)):
         if (i + r) % 2 == 0:
-            ta += _timed(ua)
-            tb += _timed(ub)
+            ta.append(_timed(ua))
+            tb.append(_timed(ub))
         else:
-            tb += _timed(ub)
-            ta += _timed(ua)
+            tb.append(_timed(ub))
+            ta.append(_timed(ua))
     return ta, tb
 
 
@@ -73,24 +76,27 @@ def compare(a: list[Unit], b: list[Unit], rounds: int, label: str) -> dict[str, 
     Ratios are A's time over B's, per round: median and range."""
     for u in a + b:
         u()
-    times: dict[str, dict[str, list[float]]] = {s: {"a": [], "b": []} for s in SCHEMES}
+    units: dict[str, dict[str, list[list[float]]]] = {s: {"a": [], "b": []} for s in SCHEMES}
     for r in range(rounds):
         for scheme, run in zip(SCHEMES, (blocks_round, units_round)):
             ta, tb = run(a, b, r)
-            times[scheme]["a"].append(ta)
-            times[scheme]["b"].append(tb)
+            units[scheme]["a"].append(ta)
+            units[scheme]["b"].append(tb)
         print(f"  {label}: round {r + 1}/{rounds}", flush=True)
     out: dict[str, Any] = {}
-    for scheme, t in times.items():
-        ratios = [x / y for x, y in zip(t["a"], t["b"])]
+    for scheme, t in units.items():
+        ta, tb = [sum(u) for u in t["a"]], [sum(u) for u in t["b"]]
+        ratios = [x / y for x, y in zip(ta, tb)]
         out[scheme] = {
-            "a_seconds_all": [round(x, 4) for x in t["a"]],
-            "b_seconds_all": [round(x, 4) for x in t["b"]],
+            "a_seconds_all": [round(x, 4) for x in ta],
+            "b_seconds_all": [round(x, 4) for x in tb],
+            "a_unit_seconds": [[round(x, 4) for x in u] for u in t["a"]],
+            "b_unit_seconds": [[round(x, 4) for x in u] for u in t["b"]],
             "ratio_per_round": [round(x, 4) for x in ratios],
             "ratio_median": statistics.median(ratios),
             "ratio_min": min(ratios),
             "ratio_max": max(ratios),
-            "a_round_max_over_min": max(t["a"]) / min(t["a"]),
+            "a_round_max_over_min": max(ta) / min(ta),
         }
         print(f"  {label} {scheme:>6}: A/B {statistics.median(ratios):.3f} "
               f"({min(ratios):.3f}-{max(ratios):.3f}); A's rounds vary "
@@ -158,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             b = make_b() if make_b else make_a()  # "same code": a second, identical system
             run = compare(a, b, args.rounds, name)
             run["threads"] = threads
-            run["units"] = len(a)
+            run["units_per_round"] = len(a)  # of each system
             result["workloads"][name] = run
     finally:
         torch.set_num_threads(before)
