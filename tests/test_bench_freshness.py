@@ -96,6 +96,9 @@ EXPERIMENTS = {
     # chapter 7's search under bf16 autocast against fast_beam, through translate_sentences
     "experiments/translate_precision/results_epyc.json": FORWARD + SHIPPED + [
         "transformer_lib/translation/precision.py", "experiments/translate_precision/sketch.py"],
+    # the same code timed against itself, and the model alone, in blocks and unit by unit
+    "experiments/round_noise/results_epyc.json": MODEL + SHIPPED + TRAIN_BENCH + [
+        "experiments/round_noise/sketch.py"],
 }
 
 
