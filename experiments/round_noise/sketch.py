@@ -1,6 +1,6 @@
 """Why do the EPYC's rounds disagree, and do finer rounds tighten a ratio's range?
 
-    python -m experiments.round_noise.sketch --out FILE  # ~15 min
+    python -m experiments.round_noise.sketch --out FILE  # ~22 min on 2 cores
 
 ``FILE``: ``experiments/round_noise/results_<cpu>.json`` (``results_epyc.json``, ...).
 
