@@ -99,6 +99,9 @@ EXPERIMENTS = {
     # the same code timed against itself, and the model alone, in blocks and unit by unit
     "experiments/round_noise/results_epyc.json": MODEL + SHIPPED + TRAIN_BENCH + [
         "experiments/round_noise/sketch.py"],
+    # translation with chapter 1's attention for the new position, and with larger batches
+    "experiments/decode_levers/results_epyc.json": FORWARD + SHIPPED + [
+        "experiments/decode_levers/sketch.py"],
 }
 
 
