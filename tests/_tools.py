@@ -71,3 +71,18 @@ def make_free_env() -> dict[str, str]:
     drop = makefile_vars | {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TERMOUT",
                             "MAKE_TERMERR", "GNUMAKEFLAGS"}
     return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def splits_read(monkeypatch: Any, module: ModuleType) -> list[str]:
+    """The Multi30k splits `module` loads from now on, in order (``module.load_multi30k``
+    still loads them): an experiment that chooses on validation must never read the test set."""
+    from transformer_lib.translation.data import load_multi30k  # imports torch
+
+    splits: list[str] = []
+
+    def load(split: str, *args: Any, **kwargs: Any) -> Any:
+        splits.append(split)
+        return load_multi30k(split, *args, **kwargs)
+
+    monkeypatch.setattr(module, "load_multi30k", load)
+    return splits

@@ -13,10 +13,10 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from _tools import splits_read
 
 from experiments.decode_levers import sketch
 from transformer_lib.translation import fast_beam
-from transformer_lib.translation.data import load_multi30k
 
 
 @pytest.mark.parametrize("attend", [sketch.explicit, sketch.summed])
@@ -48,13 +48,7 @@ def test_only_the_unmasked_one_query_call_is_replaced():
 
 @pytest.mark.multi30k
 def test_sketch_runs_small_and_writes_its_record(tmp_path, monkeypatch):
-    splits = []
-
-    def load(split, *args, **kwargs):  # records which split the sketch reads
-        splits.append(split)
-        return load_multi30k(split, *args, **kwargs)
-
-    monkeypatch.setattr(sketch, "load_multi30k", load)
+    splits = splits_read(monkeypatch, sketch)
     threads = torch.get_num_threads()
     out = tmp_path / "results.json"
     sketch.main(["--limit", "6", "--repeats", "2", "--threads", "1", "--out", str(out)])

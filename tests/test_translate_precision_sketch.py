@@ -12,20 +12,14 @@ import json
 
 import pytest
 import torch
+from _tools import splits_read
 
 from experiments.translate_precision import sketch
-from transformer_lib.translation.data import load_multi30k
 
 
 @pytest.mark.multi30k
 def test_sketch_runs_small_and_writes_its_record(tmp_path, monkeypatch):
-    splits = []
-
-    def load(split, *args, **kwargs):  # records which split the sketch reads
-        splits.append(split)
-        return load_multi30k(split, *args, **kwargs)
-
-    monkeypatch.setattr(sketch, "load_multi30k", load)
+    splits = splits_read(monkeypatch, sketch)
     threads = torch.get_num_threads()
     out = tmp_path / "results.json"
     sketch.main(["--limit", "4", "--repeats", "2", "--threads", "1", "--out", str(out)])
